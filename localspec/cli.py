@@ -1,0 +1,183 @@
+"""The `localspec` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from localspec import __version__
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models")
+    group.add_argument("--target", type=Path, required=True, help="target model GGUF file")
+    group.add_argument("--draft", type=Path, help="draft model GGUF file (same tokenizer as the target)")
+    group.add_argument("--ctx-size", type=int, default=4096, help="context size shared by both models (default 4096)")
+    group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
+    group.add_argument("--target-gpu-layers", type=int, help="target layers on the GPU (default: all if offload works, -1 = all)")
+    group.add_argument("--draft-gpu-layers", type=int, help="draft layers on the GPU (default: all if offload works, -1 = all)")
+
+
+def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, exactly the target's output (default 0)")
+    group.add_argument("--top-k", type=int, default=40)
+    group.add_argument("--top-p", type=float, default=0.95)
+    group.add_argument("--min-p", type=float, default=0.05)
+    group.add_argument("--seed", type=int, help="makes sampling reproducible (default: random, reported)")
+    group.add_argument(
+        "--verification",
+        choices=["speculative", "sample-match"],
+        default="speculative",
+        help="at temperature > 0: speculative sampling (default) or llama.cpp's sample-and-match",
+    )
+
+
+def _add_draft_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("speculation")
+    group.add_argument("--draft-max", type=int, default=4, help="most tokens drafted per step, K (default 4)")
+    group.add_argument("--draft-p-min", type=float, default=0.0, help="stop drafting below this draft confidence (default 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="localspec", description="Local speculative decoding with GGUF target/draft pairs.")
+    parser.add_argument("--version", action="version", version=f"localspec {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    generate = commands.add_parser("generate", help="answer one prompt, streaming the text")
+    _add_model_args(generate)
+    generate.add_argument("--prompt", required=True, help="the user's message")
+    generate.add_argument("--system", help="system prompt")
+    generate.add_argument("--raw", action="store_true", help="use the prompt as plain text, without the chat template")
+    generate.add_argument("--max-tokens", type=int, default=512)
+    generate.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    generate.add_argument("--no-draft", action="store_true", help="plain decoding with the target alone")
+    generate.add_argument("--json", action="store_true", help="print one JSON object with text, tokens and statistics")
+    _add_sampling_args(generate)
+    _add_draft_args(generate)
+
+    bench = commands.add_parser("bench", help="plain against speculative decoding, side by side in one run")
+    _add_model_args(bench)
+    bench.add_argument("--prompts", type=Path, help="JSONL prompt set (default: the bundled set)")
+    bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8)")
+    bench.add_argument("--draft-p-min", type=float, default=0.0)
+    bench.add_argument("--max-tokens", type=int, default=128)
+    bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")
+    bench.add_argument("--json", dest="json_file", type=Path, help="also write the full results to this file")
+    bench.add_argument("--llama-cpp-bin", type=Path, help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from localspec.engine.errors import EngineError
+
+    try:
+        if args.command == "generate":
+            return run_generate(args)
+        if args.command == "bench":
+            from localspec.bench.runner import run_bench
+
+            return run_bench(args)
+    except EngineError as exc:
+        print(f"localspec: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"localspec: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True):
+    from localspec.engine.engine import EngineConfig
+
+    return EngineConfig(
+        target=args.target,
+        draft=args.draft if with_draft else None,
+        n_ctx=args.ctx_size,
+        target_gpu_layers=args.target_gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+        n_threads=args.threads,
+    )
+
+
+def generation_config_from_args(args: argparse.Namespace, draft_max: int):
+    from localspec.engine.decode import GenerationConfig
+    from localspec.engine.sampling import SamplingParams
+
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    return GenerationConfig(
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        draft_max=draft_max,
+        draft_p_min=args.draft_p_min,
+        verification=args.verification,
+        stop=tuple(getattr(args, "stop", ())),
+    )
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
+    from localspec.engine.engine import Engine
+    from localspec.engine.events import Finished, TokenEvent
+
+    if args.no_draft or args.draft is None:
+        args.draft_max = 0
+    config = generation_config_from_args(args, args.draft_max)
+    with Engine(engine_config_from_args(args, with_draft=not args.no_draft)) as engine:
+        if args.raw:
+            prompt = raw_prompt_tokens(engine.target, args.prompt)
+        else:
+            messages = ([Message("system", args.system)] if args.system else []) + [Message("user", args.prompt)]
+            prompt = chat_prompt_tokens(engine.target, messages)
+        cancel = threading.Event()
+        pieces: list[str] = []
+        tokens: list[int] = []
+        finished: Finished | None = None
+        try:
+            for event in engine.speculative.generate(prompt, config, cancel):
+                if isinstance(event, TokenEvent):
+                    pieces.append(event.text)
+                    if event.token >= 0:
+                        tokens.append(event.token)
+                    if not args.json:
+                        sys.stdout.write(event.text)
+                        sys.stdout.flush()
+                else:
+                    finished = event
+        except KeyboardInterrupt:
+            cancel.set()
+            print("\n[stopped]", file=sys.stderr)
+            return 130
+    assert finished is not None
+    stats = finished.stats
+    if args.json:
+        payload = {"text": "".join(pieces), "tokens": tokens, "stop_reason": finished.reason.value, "stats": stats.to_dict()}
+        if finished.message:
+            payload["message"] = finished.message
+        print(json.dumps(payload, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        if finished.message:
+            print(f"localspec: {finished.message}", file=sys.stderr)
+        print(_summary_line(stats), file=sys.stderr)
+    return 0
+
+
+def _summary_line(stats) -> str:
+    parts = [f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s"]
+    if stats.draft_n:
+        parts.append(f"accepted {stats.draft_n_accepted}/{stats.draft_n} ({100 * stats.acceptance_rate:.1f}%)")
+        parts.append(f"{stats.tokens_per_step:.2f} tok/pass")
+    parts.append(f"prompt {stats.prompt_n} tokens in {stats.prompt_ms:.0f} ms")
+    return "[" + " · ".join(parts) + "]"

@@ -1,0 +1,56 @@
+"""The chat prompt: the target GGUF's own template, rendered once, tokenized once.
+
+Rendering goes through llama-cpp-python's Jinja2ChatFormatter (a sandboxed
+Jinja environment aligned with Transformers' chat-template rules), so a
+template behaves here exactly as it does in llama-cpp-python. The resulting
+token ids feed both models: the pair check guarantees they mean the same text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import jinja2
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from localspec.engine.errors import ChatTemplateError
+from localspec.engine.model import Model
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+
+def render_chat(model: Model, messages: list[Message]) -> str:
+    """The prompt text for `messages`, ending where the assistant's answer begins."""
+    template = model.chat_template()
+    if not template:
+        raise ChatTemplateError(
+            f"{model.path.name} has no chat template (tokenizer.chat_template), so localspec cannot "
+            "format a conversation for it. Use raw completion instead (`localspec generate --raw`)."
+        )
+    bos = model.token_text(model.bos) if model.bos >= 0 else ""
+    eos = model.token_text(model.eos) if model.eos >= 0 else ""
+    try:
+        formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
+        return formatter(messages=[{"role": m.role, "content": m.content} for m in messages]).prompt
+    except (jinja2.TemplateError, ValueError, TypeError) as exc:
+        raise ChatTemplateError(
+            f"The chat template of {model.path.name} failed to render: {exc}. "
+            "Use raw completion instead (`localspec generate --raw`)."
+        ) from exc
+
+
+def chat_prompt_tokens(model: Model, messages: list[Message]) -> list[int]:
+    """Tokenize the rendered chat with special tokens parsed; the template already placed BOS."""
+    return model.tokenize(render_chat(model, messages), add_special=False, parse_special=True)
+
+
+def raw_prompt_tokens(model: Model, text: str) -> list[int]:
+    """Plain completion: the text as is, with the BOS token the model asks for."""
+    return model.tokenize(text, add_special=True, parse_special=False)

@@ -1,0 +1,144 @@
+"""The decode loop: draft, verify in one target pass, accept, roll back, repeat.
+
+Plain decoding is the same loop with a drafter that proposes nothing, so the
+baseline and speculation share every line of bookkeeping and every statistic.
+
+Invariant between steps: the target's cache holds every settled token except
+the last one (`last`), which the next verify batch starts with. That batch,
+[last, d1..dK], yields K+1 rows of logits: row i judges draft token i+1, and
+the row after the last accepted token gives the target's own next token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Literal, Sequence
+
+import numpy as np
+
+from localspec.engine.drafter import Draft, Drafter, NoDrafter
+from localspec.engine.errors import PromptTooLongError
+from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
+from localspec.engine.model import Model
+from localspec.engine.sampling import SamplingParams, make_rng
+from localspec.engine.stats import GenerationStats
+from localspec.engine.text import TextAssembler
+from localspec.engine.verify import Verdict, verify_greedy, verify_sample_match, verify_speculative
+
+Verification = Literal["speculative", "sample-match"]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft_max: int = 4
+    draft_p_min: float = 0.0
+    verification: Verification = "speculative"  # at temperature > 0; temperature 0 is always greedy
+    stop: tuple[str, ...] = ()
+    record_margins: bool = False  # evidence for lossless tests; costs a partition per row
+
+
+def _top2_margins(rows: np.ndarray) -> np.ndarray:
+    top2 = np.partition(rows, -2, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
+class Decoder:
+    def __init__(self, target: Model, drafter: Drafter | None = None) -> None:
+        self.target = target
+        self.drafter: Drafter = drafter or NoDrafter()
+
+    def generate(
+        self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None
+    ) -> Iterator[TokenEvent | Finished]:
+        """Yield a TokenEvent per emitted token, then exactly one Finished."""
+        if not prompt:
+            raise ValueError("the prompt must hold at least one token")
+        if len(prompt) >= self.target.n_ctx:
+            raise PromptTooLongError(
+                f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}, "
+                "leaving no room for an answer. Shorten the prompt or raise the context size."
+            )
+        config.sampling.validate()
+        rng, seed = make_rng(config.sampling.seed)
+        greedy = config.sampling.greedy
+        draft_sampling = None if greedy or config.verification == "sample-match" else config.sampling
+        stats = GenerationStats(drafter=self.drafter.name, draft_max=config.draft_max, seed=None if greedy else seed)
+        text = TextAssembler(config.stop)
+        target, drafter = self.target, self.drafter
+        drafter.decode_ns = 0
+
+        start = time.perf_counter_ns()
+        target.prefill(prompt[:-1])
+        drafter.start(prompt)
+        stats.prompt_n = len(prompt)
+        stats.prompt_ms = (time.perf_counter_ns() - start) / 1e6
+        drafter.decode_ns = 0
+
+        last = prompt[-1]
+        gen_start = time.perf_counter_ns()
+        target_ns = 0
+        reason: StopReason | None = None
+        message = ""
+        while reason is None:
+            if cancel is not None and cancel.is_set():
+                reason = StopReason.CANCELLED
+                break
+            room = target.n_ctx - target.n_past - 1  # slots left after `last`
+            if room < 0:
+                reason = StopReason.CONTEXT_FULL
+                message = f"The context is full ({target.n_ctx} tokens). Start a new conversation or raise the context size."
+                break
+            k = max(0, min(config.draft_max, room, config.max_tokens - stats.predicted_n - 1))
+
+            t0 = time.perf_counter_ns()
+            draft: Draft = drafter.propose(k, config.draft_p_min, draft_sampling, rng)
+            t1 = time.perf_counter_ns()
+            n_past = target.n_past
+            rows = target.decode([last, *draft.tokens], outputs=len(draft.tokens) + 1)
+            t2 = time.perf_counter_ns()
+            verdict = self._verify(draft, rows, config, greedy, rng)
+            margins = _top2_margins(rows[: verdict.n_accepted + 1]) if config.record_margins else None
+            target.truncate(n_past + 1 + verdict.n_accepted)
+            drafter.commit(verdict.n_accepted, verdict.token)
+            t3 = time.perf_counter_ns()
+            target_ns += t2 - t1
+            stats.record_step(len(draft.tokens), verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6)
+
+            emitted = draft.tokens[: verdict.n_accepted] + [verdict.token]
+            final_source = TokenSource.TARGET if not draft.tokens else (
+                TokenSource.BONUS if verdict.n_accepted == len(draft.tokens) else TokenSource.CORRECTION
+            )
+            for i, token in enumerate(emitted):
+                if target.is_eog(token):
+                    reason = StopReason.EOS
+                    break
+                source = TokenSource.ACCEPTED if i < verdict.n_accepted else final_source
+                piece = text.push(target.token_bytes(token))
+                stats.predicted_n += 1
+                yield TokenEvent(token, piece, source, stats.n_steps, None if margins is None else float(margins[i]))
+                if text.stopped:
+                    reason = StopReason.STOP_STRING
+                    break
+                if stats.predicted_n >= config.max_tokens:
+                    reason = StopReason.MAX_TOKENS
+                    break
+            last = verdict.token
+
+        tail = "" if text.stopped else text.flush()
+        if tail:
+            yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps)
+        stats.predicted_ms = (time.perf_counter_ns() - gen_start) / 1e6
+        stats.t_llama_ms = (target_ns + drafter.decode_ns) / 1e6
+        yield Finished(reason, stats, message)
+
+    @staticmethod
+    def _verify(draft: Draft, rows: np.ndarray, config: GenerationConfig, greedy: bool, rng: np.random.Generator) -> Verdict:
+        if greedy:
+            return verify_greedy(draft.tokens, rows)
+        if config.verification == "sample-match":
+            return verify_sample_match(draft.tokens, rows, config.sampling, rng)
+        return verify_speculative(draft.tokens, draft.dists, rows, config.sampling, rng)

@@ -1,0 +1,53 @@
+"""A loaded pair, ready to generate: what the CLI, the bench and the app hold on to.
+
+Loading checks the pair before anything is generated, and both decoders (the
+speculative one and the plain baseline) share the same loaded target, so the
+two can be interleaved and compared on one set of weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.engine.decode import Decoder
+from localspec.engine.drafter import ModelDrafter
+from localspec.engine.model import DEFAULT_N_CTX, Model, ModelConfig
+from localspec.engine.pair_check import check_pair
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target: Path
+    draft: Path | None = None
+    n_ctx: int = DEFAULT_N_CTX
+    target_gpu_layers: int | None = None
+    draft_gpu_layers: int | None = None
+    n_threads: int | None = None
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads), role="target")
+        self.draft: Model | None = None
+        try:
+            if config.draft is not None:
+                self.draft = Model(config.draft, ModelConfig(config.draft_gpu_layers, config.n_ctx, n_threads=config.n_threads), role="draft")
+                check_pair(self.target, self.draft)
+        except BaseException:
+            self.close()
+            raise
+        self.plain = Decoder(self.target)
+        self.speculative = Decoder(self.target, ModelDrafter(self.draft)) if self.draft is not None else self.plain
+
+    def close(self) -> None:
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -1,0 +1,27 @@
+"""Errors the engine raises on purpose.
+
+Every message is written for the person at the keyboard: it says what is wrong
+and what to do about it, so the CLI and the app can show it as it is.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class: an expected failure with a user-facing message."""
+
+
+class ModelLoadError(EngineError):
+    """A GGUF file is missing, is not GGUF, is damaged, or does not fit in memory."""
+
+
+class PairMismatchError(EngineError):
+    """The draft's vocabulary differs from the target's, so its tokens mean something else."""
+
+
+class ChatTemplateError(EngineError):
+    """The target has no usable chat template."""
+
+
+class PromptTooLongError(EngineError):
+    """The prompt leaves no room in the context for an answer."""

@@ -1,0 +1,305 @@
+"""One GGUF model and its llama.cpp context, over llama-cpp-python's low-level API.
+
+The wrapper owns a single sequence (seq 0) and remembers which tokens sit in
+its KV cache, so that callers speak in tokens and positions are derived, never
+tracked twice. Logits are exposed as zero-copy numpy views of llama.cpp's own
+buffer: copying 150k floats per row into Python would cost more than the
+Python side of a whole speculative step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+
+from localspec.engine import hardware, llama_log
+from localspec.engine.errors import EngineError, ModelLoadError
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_N_CTX = 4096
+DEFAULT_N_BATCH = 512
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_log.install()
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How to load one model. `None` means: pick the best default for this machine."""
+
+    n_gpu_layers: int | None = None
+    n_ctx: int = DEFAULT_N_CTX
+    n_batch: int = DEFAULT_N_BATCH
+    n_threads: int | None = None
+
+    def resolved_gpu_layers(self) -> int:
+        if self.n_gpu_layers is not None:
+            return self.n_gpu_layers
+        return -1 if hardware.gpu_offload_supported() else 0
+
+    def resolved_threads(self) -> int:
+        return self.n_threads or hardware.physical_core_count()
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail early, with a useful message, on paths llama.cpp would reject opaquely."""
+    if not path.exists():
+        raise ModelLoadError(f"Model file not found: {path}. Check the path, or download the model first.")
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is a directory, not a GGUF model file. Point to the .gguf file inside it.")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'). "
+            "localspec runs llama.cpp GGUF models: download a .gguf file, or convert the model "
+            "with llama.cpp's convert_hf_to_gguf.py."
+        )
+
+
+class Model:
+    """A loaded GGUF model with one llama.cpp context (sequence 0)."""
+
+    def __init__(self, path: str | Path, config: ModelConfig = ModelConfig(), role: str = "model") -> None:
+        self.path = Path(path)
+        self.role = role
+        self.config = config
+        check_gguf_file(self.path)
+        _init_backend()
+        llama_log.take_recent_errors()
+
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = config.resolved_gpu_layers()
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self._model:
+            raise ModelLoadError(self._load_failure_message())
+
+        threads = config.resolved_threads()
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = config.n_ctx
+        ctx_params.n_batch = config.n_batch
+        ctx_params.n_ubatch = config.n_batch
+        ctx_params.n_seq_max = 1
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+            errors = "; ".join(llama_log.take_recent_errors()) or "no reason given"
+            raise ModelLoadError(
+                f"Could not create a {config.n_ctx}-token context for {self.path.name} ({errors}). "
+                "This is usually a lack of memory: try a smaller context size or fewer GPU layers."
+            )
+
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
+        self.n_threads = threads
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.kv_tokens: list[int] = []
+        self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
+
+    def _load_failure_message(self) -> str:
+        errors = llama_log.take_recent_errors()
+        size = self.path.stat().st_size
+        reason = "; ".join(errors) if errors else "no reason given"
+        return (
+            f"llama.cpp could not load {self.path} ({size:,} bytes): {reason}. "
+            "The file may be truncated or damaged (download it again), or made for a newer llama.cpp "
+            f"(see the full log in {llama_log.log_file_path()})."
+        )
+
+    # --- lifetime -----------------------------------------------------------------
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # --- vocabulary ---------------------------------------------------------------
+
+    @property
+    def vocab_type(self) -> int:
+        return llama_cpp.llama_vocab_type(self._vocab)
+
+    @property
+    def bos(self) -> int:
+        return llama_cpp.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return llama_cpp.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_eos(self._vocab))
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's own spelling of a token (as stored in the GGUF)."""
+        return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token contributes to the output text (control tokens give none)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+                piece = buf.raw[:n]
+            else:
+                piece = self._piece_buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        tokens = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            tokens = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        return list(tokens[:n])
+
+    # --- metadata -----------------------------------------------------------------
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        template = llama_cpp.llama_model_chat_template(self._model, None)
+        return template.decode("utf-8") if template else None
+
+    @property
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def n_layer(self) -> int:
+        return llama_cpp.llama_model_n_layer(self._model)
+
+    @property
+    def n_params(self) -> int:
+        return llama_cpp.llama_model_n_params(self._model)
+
+    @property
+    def size_bytes(self) -> int:
+        return llama_cpp.llama_model_size(self._model)
+
+    # --- KV cache and decoding ------------------------------------------------------
+
+    @property
+    def n_past(self) -> int:
+        return len(self.kv_tokens)
+
+    def truncate(self, n_keep: int) -> None:
+        """Forget every cached token from position `n_keep` on (the rollback of a rejected draft)."""
+        if n_keep >= len(self.kv_tokens):
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
+            raise EngineError(
+                f"{self.path.name} cannot roll back its cache (a recurrent or hybrid architecture). "
+                "Speculative decoding needs a model whose cache can drop rejected tokens; run it without a draft."
+            )
+        del self.kv_tokens[n_keep:]
+
+    def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray | None:
+        """Append `tokens` to the cache in one llama_decode; return logits of the last `outputs` tokens.
+
+        The result is a (outputs, n_vocab) view into llama.cpp's buffer, valid until the next decode.
+        """
+        n = len(tokens)
+        if n > self.n_batch:
+            raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        batch = self._batch
+        pos0 = len(self.kv_tokens)
+        first_output = n - outputs
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = pos0 + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= first_output
+        batch.n_tokens = n
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise EngineError(self._decode_failure_message(rc, n))
+        self.kv_tokens.extend(tokens)
+        self.n_decoded += n
+        if outputs == 0:
+            return None
+        pointer = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab))
+
+    def _decode_failure_message(self, rc: int, n: int) -> str:
+        if rc == 1:
+            return (
+                f"{self.role} model: no room in the {self.n_ctx}-token context for {n} more tokens "
+                f"({self.n_past} in use). Start a new conversation or raise the context size."
+            )
+        errors = "; ".join(llama_log.take_recent_errors()) or f"llama_decode returned {rc}"
+        return f"{self.role} model: decoding failed ({errors}). See {llama_log.log_file_path()}."
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Make the cache hold exactly `tokens`, reusing the longest prefix already cached."""
+        keep = 0
+        limit = min(len(tokens), len(self.kv_tokens))
+        while keep < limit and tokens[keep] == self.kv_tokens[keep]:
+            keep += 1
+        self.truncate(keep)
+        for start in range(keep, len(tokens), self.n_batch):
+            self.decode(tokens[start : start + self.n_batch], outputs=0)

@@ -1,0 +1,61 @@
+"""Can this draft speak for this target? llama.cpp's vocabulary rules, with a useful error.
+
+A draft whose token 1234 means something else than the target's token 1234
+would be verified against the wrong text, so a mismatch is refused before any
+generation. The rules are those of llama.cpp's common/speculative.cpp.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from localspec.engine.errors import PairMismatchError
+
+MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+FIRST_COMPARED_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are specials that may differ
+
+
+class Vocabulary(Protocol):
+    """What the check reads: a loaded Model, or (later) a GGUF header read over HTTP."""
+
+    @property
+    def vocab_type(self) -> int: ...
+    @property
+    def bos(self) -> int: ...
+    @property
+    def eos(self) -> int: ...
+    @property
+    def add_bos(self) -> bool: ...
+    @property
+    def add_eos(self) -> bool: ...
+    @property
+    def n_vocab(self) -> int: ...
+
+    def token_text(self, token: int) -> str: ...
+
+
+def _refuse(reason: str) -> PairMismatchError:
+    return PairMismatchError(
+        f"The draft and target cannot be used together: {reason}. "
+        "Speculative decoding needs a draft with the target's tokenizer, usually a smaller model of the same family."
+    )
+
+
+def check_pair(target: Vocabulary, draft: Vocabulary) -> None:
+    """Raise PairMismatchError naming the first difference, or return if the pair is usable."""
+    if target.vocab_type != draft.vocab_type:
+        raise _refuse(f"vocabulary types differ (target {target.vocab_type}, draft {draft.vocab_type})")
+    for name in ("bos", "eos", "add_bos", "add_eos"):
+        t, d = getattr(target, name), getattr(draft, name)
+        if t != d:
+            raise _refuse(f"{name} differs (target {t!r}, draft {d!r})")
+    difference = abs(target.n_vocab - draft.n_vocab)
+    if difference > MAX_VOCAB_SIZE_DIFFERENCE:
+        raise _refuse(
+            f"vocabulary sizes differ by {difference} (target {target.n_vocab}, draft {draft.n_vocab}; "
+            f"at most {MAX_VOCAB_SIZE_DIFFERENCE} is allowed)"
+        )
+    for token in range(FIRST_COMPARED_TOKEN, min(target.n_vocab, draft.n_vocab)):
+        t, d = target.token_text(token), draft.token_text(token)
+        if t != d:
+            raise _refuse(f"token {token} is {t!r} in the target but {d!r} in the draft")

@@ -1,0 +1,104 @@
+"""Turning one row of logits into the distribution a token is drawn from.
+
+The filters run in llama.cpp's default order (top-k, top-p, min-p, then
+temperature), so a setting means here what it means in llama.cpp. The target's
+p and the draft's q go through the very same function: speculative sampling is
+only lossless when both are processed alike.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be 0 (greedy) or positive")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top-p must be in (0, 1]")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError("min-p must be in [0, 1)")
+        if self.top_k < 0:
+            raise ValueError("top-k must be 0 (off) or positive")
+
+
+def make_rng(seed: int | None) -> tuple[np.random.Generator, int]:
+    """A seeded generator, and the seed used: a run without a seed can still be replayed."""
+    used = seed if seed is not None else secrets.randbits(32)
+    return np.random.Generator(np.random.PCG64(used)), used
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A sparse distribution: candidate ids, most probable first, and their probabilities."""
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    def prob(self, token: int) -> float:
+        hits = np.flatnonzero(self.ids == token)
+        return float(self.probs[hits[0]]) if hits.size else 0.0
+
+    @property
+    def top_prob(self) -> float:
+        return float(self.probs[0])
+
+    def sample(self, rng: np.random.Generator) -> int:
+        cumulative = np.cumsum(self.probs)
+        index = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+        return int(self.ids[min(index, len(self.ids) - 1)])
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        out = np.zeros(n_vocab, dtype=np.float64)
+        out[self.ids] = self.probs
+        return out
+
+
+def distribution(row: np.ndarray, params: SamplingParams) -> Distribution:
+    """The processed distribution of one logits row (temperature must be > 0)."""
+    n = row.shape[0]
+    if 0 < params.top_k < n:
+        candidates = np.argpartition(row, n - params.top_k)[n - params.top_k :]
+    elif params.min_p > 0.0:
+        # min-p keeps a subset of what top-p keeps or not, whatever the order: pre-filter before the sort.
+        candidates = np.flatnonzero(row >= row.max() + math.log(params.min_p))
+    else:
+        candidates = np.arange(n)
+    logits = row[candidates].astype(np.float64)
+    order = np.argsort(-logits, kind="stable")
+    candidates, logits = candidates[order], logits[order]
+
+    probs = np.exp(logits - logits[0])
+    probs /= probs.sum()
+    keep = len(probs)
+    if params.min_p > 0.0:
+        keep = int(np.count_nonzero(probs >= params.min_p * probs[0]))
+    if params.top_p < 1.0:
+        reach = int(np.searchsorted(np.cumsum(probs[:keep]), params.top_p, side="left")) + 1
+        keep = min(keep, reach)
+    keep = max(keep, 1)
+
+    tempered = np.exp((logits[:keep] - logits[0]) / params.temperature)
+    return Distribution(ids=candidates[:keep], probs=tempered / tempered.sum())
+
+
+def top_probability(row: np.ndarray) -> float:
+    """Softmax probability of the most likely token, for the draft's confidence cut-off (p_min)."""
+    shifted = row - row.max()
+    return float(1.0 / np.exp(shifted, dtype=np.float32).sum())

@@ -1,0 +1,83 @@
+"""Generation statistics: exact counters, cheap to keep, derived figures computed on demand.
+
+Field names follow llama.cpp where it has one (server timings: prompt_n,
+prompt_ms, predicted_n, predicted_ms; speculative: draft_n, draft_n_accepted;
+common/speculative.cpp: n_acc_tokens_per_pos), so numbers compare directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class GenerationStats:
+    drafter: str = "none"
+    draft_max: int = 0
+    seed: int | None = None
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    n_steps: int = 0  # target passes during generation
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    draft_n_per_pos: list[int] = field(default_factory=list)
+    n_acc_tokens_per_pos: list[int] = field(default_factory=list)
+    t_draft_ms: float = 0.0
+    t_verify_ms: float = 0.0
+    t_llama_ms: float = 0.0  # inside llama_decode, both models: the rest is Python
+    # target verify passes by batch size: {n_tokens: [count, total_ms]}, for cost models
+    verify_ms_by_batch: dict[int, list[float]] = field(default_factory=dict)
+
+    def record_step(self, n_drafted: int, n_accepted: int, draft_ms: float, verify_ms: float, target_decode_ms: float) -> None:
+        self.n_steps += 1
+        self.draft_n += n_drafted
+        self.draft_n_accepted += n_accepted
+        while len(self.draft_n_per_pos) < n_drafted:
+            self.draft_n_per_pos.append(0)
+            self.n_acc_tokens_per_pos.append(0)
+        for i in range(n_drafted):
+            self.draft_n_per_pos[i] += 1
+        for i in range(n_accepted):
+            self.n_acc_tokens_per_pos[i] += 1
+        self.t_draft_ms += draft_ms
+        self.t_verify_ms += verify_ms
+        entry = self.verify_ms_by_batch.setdefault(n_drafted + 1, [0, 0.0])
+        entry[0] += 1
+        entry[1] += target_decode_ms
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.draft_n_accepted / self.draft_n if self.draft_n else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """Share of drafts that reached position i whose token i was accepted."""
+        return [a / n if n else 0.0 for a, n in zip(self.n_acc_tokens_per_pos, self.draft_n_per_pos)]
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens the target settles per pass: accepted drafts plus its own token."""
+        return (self.draft_n_accepted + self.n_steps) / self.n_steps if self.n_steps else 0.0
+
+    @property
+    def predicted_per_second(self) -> float:
+        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms else 0.0
+
+    @property
+    def t_other_ms(self) -> float:
+        return max(0.0, self.predicted_ms - self.t_draft_ms - self.t_verify_ms)
+
+    @property
+    def python_ms_per_step(self) -> float:
+        """Wall time per step outside llama_decode: sampling, verification, bookkeeping."""
+        return (self.predicted_ms - self.t_llama_ms) / self.n_steps if self.n_steps else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k != "verify_ms_by_batch"}
+        out["verify_ms_by_batch"] = {str(k): {"n": int(v[0]), "ms": v[1]} for k, v in sorted(self.verify_ms_by_batch.items())}
+        for name in ("acceptance_rate", "acceptance_by_position", "tokens_per_step", "predicted_per_second", "t_other_ms", "python_ms_per_step"):
+            out[name] = getattr(self, name)
+        return out

