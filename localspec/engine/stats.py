@@ -8,7 +8,7 @@ common/speculative.cpp: n_acc_tokens_per_pos), so numbers compare directly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 
 @dataclass
@@ -47,6 +47,26 @@ class GenerationStats:
         entry = self.verify_ms_by_batch.setdefault(n_drafted + 1, [0, 0.0])
         entry[0] += 1
         entry[1] += target_decode_ms
+
+    @classmethod
+    def total(cls, runs: Iterable[GenerationStats]) -> GenerationStats:
+        """Several runs summed into one, so that rates are total tokens over total time."""
+        total = cls()
+        for s in runs:
+            for name in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
+                         "t_draft_ms", "t_verify_ms", "t_llama_ms"):
+                setattr(total, name, getattr(total, name) + getattr(s, name))
+            for i, (drafted, accepted) in enumerate(zip(s.draft_n_per_pos, s.n_acc_tokens_per_pos)):
+                if i == len(total.draft_n_per_pos):
+                    total.draft_n_per_pos.append(0)
+                    total.n_acc_tokens_per_pos.append(0)
+                total.draft_n_per_pos[i] += drafted
+                total.n_acc_tokens_per_pos[i] += accepted
+            for batch, (count, ms) in s.verify_ms_by_batch.items():
+                entry = total.verify_ms_by_batch.setdefault(batch, [0, 0.0])
+                entry[0] += count
+                entry[1] += ms
+        return total
 
     @property
     def acceptance_rate(self) -> float:

@@ -1,0 +1,71 @@
+"""llama.cpp's own tools, run on the same models and prompts, for a side-by-side comparison.
+
+`llama-bench` gives the target's plain text-generation rate; `llama-speculative-simple`
+gives llama.cpp's speculative rate with the same pair, prompt and K. Both are
+built from the llama.cpp tree vendored in the llama-cpp-python sdist (see the
+README), never shipped with localspec.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.engine.errors import EngineError
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    tokens_per_second: float
+    n_predict: int
+    n_drafted: int
+    n_accept: int
+
+
+def _tool(bin_dir: Path, name: str) -> Path:
+    path = bin_dir / name
+    if not path.exists():
+        raise EngineError(f"{path} not found: --llama-cpp-bin must be a llama.cpp build's bin directory containing {name}.")
+    return path
+
+
+def llama_bench_tg(bin_dir: Path, target: Path, threads: int, n_gen: int = 64) -> float:
+    """The target's plain generation rate (tokens/s) as llama-bench measures it (tg<n_gen>)."""
+    command = [str(_tool(bin_dir, "llama-bench")), "-m", str(target), "-p", "0", "-n", str(n_gen), "-t", str(threads), "-o", "json"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise EngineError(f"llama-bench failed: {result.stderr.strip()[-500:]}")
+    rows = json.loads(result.stdout)
+    return float(next(r["avg_ts"] for r in rows if r.get("n_gen") == n_gen))
+
+
+_SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+_COUNT = re.compile(r"^(n_drafted|n_accept)\s*=\s*(\d+)", re.MULTILINE)
+
+
+def speculative_simple(
+    bin_dir: Path, target: Path, draft: Path, prompt_text: str, k: int, p_min: float, max_tokens: int, threads: int, n_ctx: int
+) -> ReferenceRun:
+    """llama.cpp's speculative example at temperature 0 on exactly our rendered prompt."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8", delete=False) as f:
+        f.write(prompt_text)
+        prompt_file = f.name
+    command = [
+        str(_tool(bin_dir, "llama-speculative-simple")), "-m", str(target), "-md", str(draft), "-f", prompt_file,
+        "-n", str(max_tokens), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads), "--temp", "0",
+        "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(p_min),
+    ]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    finally:
+        Path(prompt_file).unlink(missing_ok=True)
+    output = result.stdout + result.stderr
+    speed = _SPEED.search(output)
+    if result.returncode != 0 or speed is None:
+        raise EngineError(f"llama-speculative-simple failed: {output.strip()[-500:]}")
+    counts = dict((name, int(value)) for name, value in _COUNT.findall(output))
+    return ReferenceRun(float(speed.group(3)), int(speed.group(1)), counts.get("n_drafted", 0), counts.get("n_accept", 0))

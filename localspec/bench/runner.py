@@ -1,0 +1,161 @@
+"""Runs the bench: every prompt, plain then each K, interleaved on the same loaded models.
+
+Interleaving means slow drift (thermal, other load) hits every mode alike, so
+the ratios printed are fair even when absolute rates wander. Benchmarks are
+reported, never asserted: tests check correctness only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from localspec import __version__
+from localspec.bench import reference
+from localspec.bench.report import print_report
+from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
+from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.engine import Engine
+from localspec.engine.errors import EngineError
+from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.stats import GenerationStats
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    category: str
+    prompt: str
+    system: str | None = None
+
+
+@dataclass
+class Measurement:
+    prompt_id: str
+    k: int  # 0 = plain decoding
+    tokens: list[int]
+    stats: GenerationStats
+    departs_at: int | None = None  # first token that differs from plain output (greedy runs)
+
+
+@dataclass
+class BenchResult:
+    ks: list[int]
+    prompts: list[BenchPrompt]
+    measurements: list[Measurement] = field(default_factory=list)
+    llama_bench_tg: float | None = None
+    reference: dict[str, dict[int, reference.ReferenceRun]] = field(default_factory=dict)
+    machine: dict[str, object] = field(default_factory=dict)
+
+
+def load_prompts(path: Path | None) -> list[BenchPrompt]:
+    text = path.read_text(encoding="utf-8") if path else resources.files("localspec.bench").joinpath("prompts.jsonl").read_text("utf-8")
+    source = str(path) if path else "the bundled prompt set"
+    prompts = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            prompts.append(BenchPrompt(str(record["id"]), str(record.get("category", "other")), str(record["prompt"]), record.get("system")))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise EngineError(
+                f"{source}, line {number}: expected a JSON object with \"id\" and \"prompt\" (and optional \"category\", \"system\"): {exc}"
+            ) from exc
+    if not prompts:
+        raise EngineError(f"{source} holds no prompts.")
+    return prompts
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise ValueError(f"--draft-max takes comma-separated integers such as 1,2,4,8, not {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise ValueError("--draft-max values must be 1 or more")
+    return ks
+
+
+def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> tuple[list[int], GenerationStats]:
+    tokens: list[int] = []
+    for event in decoder.generate(prompt, config):
+        if isinstance(event, TokenEvent) and event.token >= 0:
+            tokens.append(event.token)
+        elif isinstance(event, Finished):
+            return tokens, event.stats
+    raise AssertionError("generate() ended without Finished")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from localspec.cli import engine_config_from_args
+
+    ks = parse_ks(args.draft_max)
+    prompts = load_prompts(args.prompts)
+    if args.draft is None:
+        raise EngineError("bench compares plain and speculative decoding: give a draft model with --draft.")
+    result = BenchResult(ks=ks, prompts=prompts)
+    with Engine(engine_config_from_args(args)) as engine:
+        result.machine = {
+            "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
+            "threads": engine.target.n_threads, "target": engine.target.description, "draft": engine.draft.description,
+        }
+        warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
+        for decoder in (engine.plain, engine.speculative):
+            _measure(decoder, warmup, GenerationConfig(max_tokens=8, draft_max=ks[-1]))
+        for round_index in range(args.rounds):
+            for prompt in prompts:
+                messages = ([Message("system", prompt.system)] if prompt.system else []) + [Message("user", prompt.prompt)]
+                tokens = chat_prompt_tokens(engine.target, messages)
+                modes = [0, *ks]
+                shift = round_index % len(modes)
+                plain_tokens: list[int] | None = None
+                for k in modes[shift:] + modes[:shift]:
+                    decoder = engine.plain if k == 0 else engine.speculative
+                    config = GenerationConfig(max_tokens=args.max_tokens, draft_max=k, draft_p_min=args.draft_p_min)
+                    out, stats = _measure(decoder, tokens, config)
+                    result.measurements.append(Measurement(prompt.id, k, out, stats))
+                    if k == 0:
+                        plain_tokens = out
+                for m in result.measurements[-len(modes):]:
+                    m.departs_at = next((i for i, (a, b) in enumerate(zip(plain_tokens, m.tokens)) if a != b), None)
+                print(f"  measured {prompt.id} (round {round_index + 1}/{args.rounds})", flush=True)
+        if args.llama_cpp_bin:
+            _run_reference(args, engine, prompts, ks, result)
+    print_report(result)
+    if args.json_file:
+        args.json_file.write_text(json.dumps(_as_json(result), indent=2))
+        print(f"\nfull results: {args.json_file}")
+    return 0
+
+
+def _run_reference(args: argparse.Namespace, engine: Engine, prompts: list[BenchPrompt], ks: list[int], result: BenchResult) -> None:
+    threads = engine.target.n_threads
+    print("  running llama-bench ...", flush=True)
+    result.llama_bench_tg = reference.llama_bench_tg(args.llama_cpp_bin, args.target, threads)
+    for prompt in prompts:
+        messages = ([Message("system", prompt.system)] if prompt.system else []) + [Message("user", prompt.prompt)]
+        text = render_chat(engine.target, messages)
+        result.reference[prompt.id] = {
+            k: reference.speculative_simple(args.llama_cpp_bin, args.target, args.draft, text, k, args.draft_p_min, args.max_tokens, threads, args.ctx_size)
+            for k in ks
+        }
+        print(f"  llama-speculative-simple {prompt.id}", flush=True)
+
+
+def _as_json(result: BenchResult) -> dict[str, object]:
+    return {
+        "machine": result.machine,
+        "ks": result.ks,
+        "prompts": [asdict(p) for p in result.prompts],
+        "measurements": [
+            {"prompt": m.prompt_id, "k": m.k, "departs_at": m.departs_at, "tokens": m.tokens, "stats": m.stats.to_dict()}
+            for m in result.measurements
+        ],
+        "llama_bench_tg": result.llama_bench_tg,
+        "reference": {pid: {str(k): asdict(r) for k, r in runs.items()} for pid, runs in result.reference.items()},
+    }

@@ -1,0 +1,54 @@
+"""`localspec bench` runs end to end on tiny models; its report is checked for content, never for speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from localspec.bench.runner import load_prompts, parse_ks
+from localspec.engine.cost_model import StepCosts, expected_tokens_per_step
+from localspec.engine.errors import EngineError
+
+
+def test_bench_reports_every_mode_and_writes_json(tmp_path, tiny):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]),
+         "--draft-max", "2,4", "--max-tokens", "24", "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Per prompt" in result.stdout and "Overall" in result.stdout and "By category" in result.stdout
+    data = json.loads(out.read_text())
+    prompts = load_prompts(None)
+    assert len(data["measurements"]) == len(prompts) * 3
+    for m in data["measurements"]:
+        assert m["departs_at"] is None  # an identical draft is lossless everywhere
+        if m["k"]:
+            assert m["stats"]["acceptance_rate"] == 1.0
+    assert {p["category"] for p in data["prompts"]} >= {"code-writing", "code-editing", "chat", "creative"}
+
+
+def test_prompt_file_errors_name_the_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"id": "a", "prompt": "x"}\n{"id": "b"}\n')
+    with pytest.raises(EngineError, match=r"p.jsonl, line 2: expected a JSON object with \"id\" and \"prompt\""):
+        load_prompts(path)
+
+
+def test_k_list_parsing():
+    assert parse_ks("4,1,2,4") == [1, 2, 4]
+    with pytest.raises(ValueError, match="comma-separated integers"):
+        parse_ks("1,two")
+
+
+def test_cost_model():
+    assert expected_tokens_per_step([1.0, 1.0, 1.0], 3) == 4.0
+    assert expected_tokens_per_step([0.5, 0.5], 2) == pytest.approx(1.75)
+    assert expected_tokens_per_step([0.5], 3) == 1.5  # unmeasured positions count as rejected
+    costs = StepCosts(plain_token_ms=10.0, draft_token_ms=2.0, verify_ms={4: 14.0})
+    assert costs.predicted_speedup([1.0, 1.0, 1.0], 3) == pytest.approx(4 * 10 / (3 * 2 + 14))
+    assert costs.predicted_speedup([1.0], 5) is None

@@ -1,0 +1,55 @@
+"""The command line: version, module entry point, generate's streaming and JSON output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from localspec import __version__
+from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from tests.conftest import run
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_version_from_the_module_and_the_script():
+    assert _cli("--version").stdout.strip() == f"localspec {__version__}"
+    installed_script = Path(sys.executable).parent / "localspec"
+    script = subprocess.run([str(installed_script), "--version"], capture_output=True, text=True, timeout=60)
+    assert script.stdout.strip() == f"localspec {__version__}"
+
+
+def test_generate_json_matches_the_engine(tiny):
+    args = ["generate", "--target", str(tiny["target"]), "--draft", str(tiny["near"]), "--prompt", "hello there"]
+    result = _cli(*args, "--max-tokens", "30", "--draft-max", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    with Engine(EngineConfig(tiny["target"])) as engine:
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "hello there")])
+        plain = run(engine.plain, prompt, GenerationConfig(max_tokens=30))
+    assert payload["tokens"] == plain.tokens
+    assert payload["text"] == plain.text
+    assert payload["stop_reason"] == "max_tokens"
+    stats = payload["stats"]
+    for key in ("n_steps", "draft_n", "draft_n_accepted", "acceptance_rate", "tokens_per_step", "acceptance_by_position",
+                "t_draft_ms", "t_verify_ms", "t_other_ms", "prompt_n", "prompt_ms", "predicted_per_second", "python_ms_per_step"):
+        assert key in stats
+    assert stats["draft_n"] > 0 and stats["drafter"] == "draft-model"
+
+
+def test_generate_streams_text_and_a_summary(tiny):
+    result = _cli("generate", "--target", str(tiny["target"]), "--no-draft", "--prompt", "hi", "--max-tokens", "10")
+    assert result.returncode == 0, result.stderr
+    assert "10 tokens" in result.stderr and "tok/s" in result.stderr
+
+
+def test_bad_sampling_value_is_a_clear_error(tiny):
+    result = _cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--top-p", "1.5")
+    assert result.returncode == 2
+    assert "top-p must be in (0, 1]" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,115 @@
+"""At temperature > 0 speculative output follows the target's distribution, not the draft's.
+
+The exact distribution of the first three tokens is computed from the target
+alone (its logits after every possible prefix, through the same processing);
+thousands of seeded speculative runs with a draft that differs from the target
+must fit it. A chi-square test at a fixed level, with fixed seeds, cannot flake.
+The negative control samples the draft model itself and must be rejected:
+that is what shows the test can tell the two distributions apart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from scipy.stats import chisquare
+
+from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.model import Model
+from localspec.engine.sampling import SamplingParams, distribution
+from tests.conftest import run
+
+N_TOKENS = 3
+N_SEEDS = 3000
+SIGNIFICANCE = 1e-3
+SAMPLING = dict(temperature=1.3, top_k=4, top_p=0.95, min_p=0.02)
+
+
+def exact_joint(model: Model, prompt: list[int], params: SamplingParams) -> dict[tuple[int, ...], float]:
+    """P(first N_TOKENS tokens) under `model`, by enumerating every prefix with plain decodes."""
+    joint = {(): 1.0}
+    for _ in range(N_TOKENS):
+        grown = {}
+        for prefix, p_prefix in joint.items():
+            model.prefill([*prompt, *prefix][:-1])
+            row = model.decode([[*prompt, *prefix][-1]], outputs=1)[0]
+            dist = distribution(row, params)
+            for token, p in zip(dist.ids.tolist(), dist.probs.tolist()):
+                grown[(*prefix, token)] = p_prefix * p
+        joint = grown
+    return joint
+
+
+def fit_p_value(samples: list[tuple[int, ...]], expected: dict[tuple[int, ...], float]) -> float:
+    """Chi-square goodness of fit; outcomes expected fewer than 5 times are pooled."""
+    counts = Counter(samples)
+    n = len(samples)
+    big = [k for k, p in expected.items() if p * n >= 5]
+    observed = [counts[k] for k in big] + [n - sum(counts[k] for k in big)]
+    wanted = [expected[k] * n for k in big] + [n - sum(expected[k] * n for k in big)]
+    return float(chisquare(observed, wanted).pvalue)
+
+
+@pytest.fixture(scope="module")
+def setup(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["near"])) as engine:
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me something")])
+        params = SamplingParams(**SAMPLING)
+        yield engine, prompt, exact_joint(engine.target, prompt, params)
+
+
+def sample_many(decoder, prompt, verification: str, draft_max: int) -> list[tuple[int, ...]]:
+    samples = []
+    for seed in range(N_SEEDS):
+        config = GenerationConfig(
+            max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=draft_max, verification=verification
+        )
+        samples.append(tuple(run(decoder, prompt, config).tokens))
+    return samples
+
+
+@pytest.mark.parametrize("verification", ["speculative", "sample-match"])
+def test_speculative_sampling_matches_the_target_distribution(setup, verification):
+    engine, prompt, expected = setup
+    samples = sample_many(engine.speculative, prompt, verification, draft_max=3)
+    assert fit_p_value(samples, expected) > SIGNIFICANCE
+
+
+def test_plain_sampling_matches_the_target_distribution(setup):
+    engine, prompt, expected = setup
+    assert fit_p_value(sample_many(engine.plain, prompt, "speculative", draft_max=0), expected) > SIGNIFICANCE
+
+
+def test_the_draft_distribution_is_rejected(setup):
+    """Negative control: the draft's own samples must fail the same test."""
+    engine, prompt, expected = setup
+    from localspec.engine.decode import Decoder
+
+    draft_samples = sample_many(Decoder(engine.draft), prompt, "speculative", draft_max=0)
+    assert fit_p_value(draft_samples, expected) < SIGNIFICANCE
+
+
+def test_speculative_sampling_drafts_and_accepts(setup):
+    """The distribution test above means something only if drafts were really accepted and rejected."""
+    engine, prompt, _ = setup
+    config = GenerationConfig(max_tokens=200, sampling=SamplingParams(**SAMPLING, seed=7), draft_max=3)
+    stats = run(engine.speculative, prompt, config).finished.stats
+    assert 0.2 < stats.acceptance_rate < 0.95
+
+
+def test_same_seed_same_output(setup):
+    engine, prompt, _ = setup
+    config = GenerationConfig(max_tokens=50, sampling=SamplingParams(**SAMPLING, seed=123), draft_max=3)
+    first, second = run(engine.speculative, prompt, config), run(engine.speculative, prompt, config)
+    assert first.tokens == second.tokens
+    assert first.finished.stats.seed == 123
+
+
+def test_exact_joint_sums_to_one(setup):
+    _, _, expected = setup
+    assert sum(expected.values()) == pytest.approx(1.0)
+    assert all(len(k) == N_TOKENS for k in expected)
+    assert len(expected) > 10  # a real spread of outcomes, not a near-deterministic model
