@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,3 +57,8 @@ def run(decoder: Decoder, prompt: list[int], config: GenerationConfig, cancel=No
             finished = event
     assert isinstance(finished, Finished)
     return Run([e.token for e in events if e.token >= 0], events, finished)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m localspec ARGS` as a user would, capturing its output."""
+    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, timeout=300)

@@ -11,15 +11,11 @@ from localspec import __version__
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
-from tests.conftest import run
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, timeout=120)
+from tests.conftest import cli, run
 
 
 def test_version_from_the_module_and_the_script():
-    assert _cli("--version").stdout.strip() == f"localspec {__version__}"
+    assert cli("--version").stdout.strip() == f"localspec {__version__}"
     installed_script = Path(sys.executable).parent / "localspec"
     script = subprocess.run([str(installed_script), "--version"], capture_output=True, text=True, timeout=60)
     assert script.stdout.strip() == f"localspec {__version__}"
@@ -27,7 +23,7 @@ def test_version_from_the_module_and_the_script():
 
 def test_generate_json_matches_the_engine(tiny):
     args = ["generate", "--target", str(tiny["target"]), "--draft", str(tiny["near"]), "--prompt", "hello there"]
-    result = _cli(*args, "--max-tokens", "30", "--draft-max", "3", "--json")
+    result = cli(*args, "--max-tokens", "30", "--draft-max", "3", "--json")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     with Engine(EngineConfig(tiny["target"])) as engine:
@@ -44,12 +40,12 @@ def test_generate_json_matches_the_engine(tiny):
 
 
 def test_generate_streams_text_and_a_summary(tiny):
-    result = _cli("generate", "--target", str(tiny["target"]), "--no-draft", "--prompt", "hi", "--max-tokens", "10")
+    result = cli("generate", "--target", str(tiny["target"]), "--no-draft", "--prompt", "hi", "--max-tokens", "10")
     assert result.returncode == 0, result.stderr
     assert "10 tokens" in result.stderr and "tok/s" in result.stderr
 
 
 def test_bad_sampling_value_is_a_clear_error(tiny):
-    result = _cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--top-p", "1.5")
+    result = cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--top-p", "1.5")
     assert result.returncode == 2
     assert "top-p must be in (0, 1]" in result.stderr and "Traceback" not in result.stderr

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -13,6 +11,7 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import ChatTemplateError, ModelLoadError, PairMismatchError
 from localspec.engine.model import Model
 from localspec.engine.pair_check import check_pair
+from tests.conftest import cli
 from tests.tiny_models import TinySpec, vocabulary, write_tiny_model
 
 
@@ -68,10 +67,6 @@ def test_model_without_chat_template(tiny):
             chat_prompt_tokens(model, [Message("user", "hi")])
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, timeout=120)
-
-
 @pytest.mark.parametrize(
     "case, expected",
     [
@@ -96,12 +91,12 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, tiny, case, expected)
         draft = tiny["other_vocab"]
     elif case == "no_template":
         target, draft = tiny["no_template"], tiny["target"]
-    result = _cli("generate", "--target", str(target), "--draft", str(draft), "--prompt", "hi", "--max-tokens", "4")
+    result = cli("generate", "--target", str(target), "--draft", str(draft), "--prompt", "hi", "--max-tokens", "4")
     assert result.returncode == 1
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_cli_raw_prompt_works_without_template(tiny):
-    result = _cli("generate", "--target", str(tiny["no_template"]), "--prompt", "hi", "--raw", "--max-tokens", "4", "--json")
+    result = cli("generate", "--target", str(tiny["no_template"]), "--prompt", "hi", "--raw", "--max-tokens", "4", "--json")
     assert result.returncode == 0, result.stderr

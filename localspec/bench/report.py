@@ -82,7 +82,7 @@ def print_report(result: BenchResult) -> None:
             print(f"{category:<18} " + " ".join(cells))
 
     if result.llama_bench_tg is not None:
-        print(f"\nllama.cpp side by side (same models, prompts and K, same run)")
+        print("\nllama.cpp side by side (same models, prompts and K, same run)")
         print(f"llama-bench tg64 (target, plain):      {result.llama_bench_tg:7.1f} tok/s")
         print(f"localspec plain:                       {plain_all.predicted_per_second:7.1f} tok/s  ({plain_all.predicted_per_second / result.llama_bench_tg:.2f} × llama-bench)")
         for k in result.ks:
