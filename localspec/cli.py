@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from localspec import __version__
+from localspec.engine import defaults
+
+if TYPE_CHECKING:  # the engine loads llama.cpp: imported only by the commands that need it
+    from localspec.engine.decode import GenerationConfig
+    from localspec.engine.engine import EngineConfig
+    from localspec.engine.stats import GenerationStats
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +29,10 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sampling")
-    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, exactly the target's output (default 0)")
-    group.add_argument("--top-k", type=int, default=40)
-    group.add_argument("--top-p", type=float, default=0.95)
-    group.add_argument("--min-p", type=float, default=0.05)
+    group.add_argument("--temperature", type=float, default=defaults.TEMPERATURE, help="0 = greedy, exactly the target's output (default 0)")
+    group.add_argument("--top-k", type=int, default=defaults.TOP_K, help=f"0 = off (default {defaults.TOP_K})")
+    group.add_argument("--top-p", type=float, default=defaults.TOP_P, help=f"(default {defaults.TOP_P})")
+    group.add_argument("--min-p", type=float, default=defaults.MIN_P, help=f"(default {defaults.MIN_P})")
     group.add_argument("--seed", type=int, help="makes sampling reproducible (default: random, reported)")
     group.add_argument(
         "--verification",
@@ -39,8 +44,8 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_draft_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("speculation")
-    group.add_argument("--draft-max", type=int, default=4, help="most tokens drafted per step, K (default 4)")
-    group.add_argument("--draft-p-min", type=float, default=0.0, help="stop drafting below this draft confidence (default 0)")
+    group.add_argument("--draft-max", type=int, default=defaults.DRAFT_MAX, help=f"most tokens drafted per step, K (default {defaults.DRAFT_MAX})")
+    group.add_argument("--draft-p-min", type=float, default=defaults.DRAFT_P_MIN, help=f"stop drafting below this draft confidence (default {defaults.DRAFT_P_MIN})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--prompt", required=True, help="the user's message")
     generate.add_argument("--system", help="system prompt")
     generate.add_argument("--raw", action="store_true", help="use the prompt as plain text, without the chat template")
-    generate.add_argument("--max-tokens", type=int, default=512)
+    generate.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS)
     generate.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     generate.add_argument("--no-draft", action="store_true", help="plain decoding with the target alone")
     generate.add_argument("--json", action="store_true", help="print one JSON object with text, tokens and statistics")
@@ -64,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(bench)
     bench.add_argument("--prompts", type=Path, help="JSONL prompt set (default: the bundled set)")
     bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8)")
-    bench.add_argument("--draft-p-min", type=float, default=0.0)
+    bench.add_argument("--draft-p-min", type=float, default=defaults.DRAFT_P_MIN, help=f"for localspec and llama.cpp alike (default {defaults.DRAFT_P_MIN})")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")
     bench.add_argument("--json", dest="json_file", type=Path, help="also write the full results to this file")
@@ -98,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True):
+def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True) -> EngineConfig:
     from localspec.engine.engine import EngineConfig
 
     return EngineConfig(
@@ -111,7 +116,7 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True):
     )
 
 
-def generation_config_from_args(args: argparse.Namespace, draft_max: int):
+def generation_config_from_args(args: argparse.Namespace, draft_max: int) -> GenerationConfig:
     from localspec.engine.decode import GenerationConfig
     from localspec.engine.sampling import SamplingParams
 
@@ -140,12 +145,11 @@ def run_generate(args: argparse.Namespace) -> int:
         else:
             messages = ([Message("system", args.system)] if args.system else []) + [Message("user", args.prompt)]
             prompt = chat_prompt_tokens(engine.target, messages)
-        cancel = threading.Event()
         pieces: list[str] = []
         tokens: list[int] = []
         finished: Finished | None = None
         try:
-            for event in engine.speculative.generate(prompt, config, cancel):
+            for event in engine.speculative.generate(prompt, config):
                 if isinstance(event, TokenEvent):
                     pieces.append(event.text)
                     if event.token >= 0:
@@ -155,8 +159,7 @@ def run_generate(args: argparse.Namespace) -> int:
                         sys.stdout.flush()
                 else:
                     finished = event
-        except KeyboardInterrupt:
-            cancel.set()
+        except KeyboardInterrupt:  # Ctrl-C: keep what was printed, say it stopped
             print("\n[stopped]", file=sys.stderr)
             return 130
     assert finished is not None
@@ -174,7 +177,7 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary_line(stats) -> str:
+def _summary_line(stats: GenerationStats) -> str:
     parts = [f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s"]
     if stats.draft_n:
         parts.append(f"accepted {stats.draft_n_accepted}/{stats.draft_n} ({100 * stats.acceptance_rate:.1f}%)")

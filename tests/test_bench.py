@@ -52,3 +52,14 @@ def test_cost_model():
     costs = StepCosts(plain_token_ms=10.0, draft_token_ms=2.0, verify_ms={4: 14.0})
     assert costs.predicted_speedup([1.0, 1.0, 1.0], 3) == pytest.approx(4 * 10 / (3 * 2 + 14))
     assert costs.predicted_speedup([1.0], 5) is None
+
+
+def test_llama_speculative_simple_output_is_parsed():
+    from localspec.bench.reference import ReferenceRun, parse_speculative_simple
+
+    output = (
+        "0.18.246.821 I decoded  129 tokens in   12.634 seconds, speed:   10.210 t/s\n"
+        "0.18.246.897 I n_drafted = 99\n0.18.246.940 I n_accept  = 96\n0.18.246.960 I accept    = 96.970%\n"
+    )
+    assert parse_speculative_simple(output) == ReferenceRun(10.21, 129, 99, 96)
+    assert parse_speculative_simple("E failed to initialize speculative decoding") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,15 @@ def test_bad_sampling_value_is_a_clear_error(tiny):
     result = cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--top-p", "1.5")
     assert result.returncode == 2
     assert "top-p must be in (0, 1]" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_llama_cpp_log_goes_to_the_log_directory_not_the_terminal(tmp_path, tiny):
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    result = subprocess.run(
+        [sys.executable, "-m", "localspec", "generate", "--target", str(tiny["target"]), "--prompt", "hi", "--max-tokens", "3"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    log = tmp_path / "state" / "localspec" / "log" / "llama.log"
+    assert "llama_model_loader" in log.read_text()
+    assert "llama_model_loader" not in result.stderr + result.stdout

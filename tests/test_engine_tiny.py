@@ -30,12 +30,13 @@ def prompt_for(engine: Engine, text: str) -> list[int]:
 
 @pytest.mark.parametrize("draft", ["same", "unrelated", "near"])
 @pytest.mark.parametrize("draft_max", [1, 3, 4, 8])
-def test_greedy_output_equals_plain_decoding(engines, draft, draft_max):
+@pytest.mark.parametrize("p_min", [0.0, 0.6])
+def test_greedy_output_equals_plain_decoding(engines, draft, draft_max, p_min):
     engine = engines[draft]
     for text in PROMPTS:
         prompt = prompt_for(engine, text)
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=60, draft_max=0))
-        spec = run(engine.speculative, prompt, GenerationConfig(max_tokens=60, draft_max=draft_max))
+        spec = run(engine.speculative, prompt, GenerationConfig(max_tokens=60, draft_max=draft_max, draft_p_min=p_min))
         assert spec.tokens == plain.tokens, f"{draft} K={draft_max} diverged on {text!r}"
         assert spec.text == plain.text
 
@@ -44,7 +45,7 @@ def test_p_min_cut_off_keeps_output_and_shortens_drafts(engines):
     engine = engines["near"]
     prompt = prompt_for(engine, PROMPTS[0])
     plain = run(engine.plain, prompt, GenerationConfig(max_tokens=80, draft_max=0))
-    free = run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=6))
+    free = run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=6, draft_p_min=0.0))
     cut = run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=6, draft_p_min=0.9))
     assert cut.tokens == plain.tokens
     assert cut.finished.stats.draft_n / cut.finished.stats.n_steps < free.finished.stats.draft_n / free.finished.stats.n_steps
@@ -54,7 +55,7 @@ def test_identical_draft_is_always_accepted_and_never_redecoded(tiny):
     k, max_tokens = 4, 40  # a multiple of K+1: every step is a full draft
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         prompt = prompt_for(engine, PROMPTS[1])
-        result = run(engine.speculative, prompt, GenerationConfig(max_tokens=max_tokens, draft_max=k))
+        result = run(engine.speculative, prompt, GenerationConfig(max_tokens=max_tokens, draft_max=k, draft_p_min=0.0))
         draft_decoded = engine.draft.n_decoded - (len(prompt) - 1)
     stats = result.finished.stats
 
@@ -72,7 +73,8 @@ def test_identical_draft_is_always_accepted_and_never_redecoded(tiny):
 
 def test_unrelated_draft_is_almost_never_accepted(engines):
     engine = engines["unrelated"]
-    stats = run(engine.speculative, prompt_for(engine, PROMPTS[2]), GenerationConfig(max_tokens=120, draft_max=4)).finished.stats
+    config = GenerationConfig(max_tokens=120, draft_max=4, draft_p_min=0.0)  # no cut-off: every step drafts
+    stats = run(engine.speculative, prompt_for(engine, PROMPTS[2]), config).finished.stats
     assert stats.draft_n > 100
     assert stats.acceptance_rate < 0.1
 

@@ -64,8 +64,9 @@ def setup(tiny):
 def sample_many(decoder, prompt, verification: str, draft_max: int) -> list[tuple[int, ...]]:
     samples = []
     for seed in range(N_SEEDS):
-        config = GenerationConfig(
-            max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=draft_max, verification=verification
+        config = GenerationConfig(  # no confidence cut-off: draft at every step, so every step is tested
+            max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=draft_max, draft_p_min=0.0,
+            verification=verification,
         )
         samples.append(tuple(run(decoder, prompt, config).tokens))
     return samples
@@ -95,7 +96,7 @@ def test_the_draft_distribution_is_rejected(setup):
 def test_speculative_sampling_drafts_and_accepts(setup):
     """The distribution test above means something only if drafts were really accepted and rejected."""
     engine, prompt, _ = setup
-    config = GenerationConfig(max_tokens=200, sampling=SamplingParams(**SAMPLING, seed=7), draft_max=3)
+    config = GenerationConfig(max_tokens=200, sampling=SamplingParams(**SAMPLING, seed=7), draft_max=3, draft_p_min=0.0)
     stats = run(engine.speculative, prompt, config).finished.stats
     assert 0.2 < stats.acceptance_rate < 0.95
 

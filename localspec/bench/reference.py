@@ -44,7 +44,7 @@ def llama_bench_tg(bin_dir: Path, target: Path, threads: int, n_gen: int = 64) -
 
 
 _SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
-_COUNT = re.compile(r"^(n_drafted|n_accept)\s*=\s*(\d+)", re.MULTILINE)
+_COUNT = re.compile(r"\b(n_drafted|n_accept)\s+=\s+(\d+)")  # log lines carry a timestamp prefix
 
 
 def speculative_simple(
@@ -57,15 +57,23 @@ def speculative_simple(
     command = [
         str(_tool(bin_dir, "llama-speculative-simple")), "-m", str(target), "-md", str(draft), "-f", prompt_file,
         "-n", str(max_tokens), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads), "--temp", "0",
-        "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(p_min),
+        "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(p_min),
     ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, check=False)
     finally:
         Path(prompt_file).unlink(missing_ok=True)
     output = result.stdout + result.stderr
-    speed = _SPEED.search(output)
-    if result.returncode != 0 or speed is None:
+    parsed = parse_speculative_simple(output)
+    if result.returncode != 0 or parsed is None:
         raise EngineError(f"llama-speculative-simple failed: {output.strip()[-500:]}")
-    counts = dict((name, int(value)) for name, value in _COUNT.findall(output))
+    return parsed
+
+
+def parse_speculative_simple(output: str) -> ReferenceRun | None:
+    """The speed and draft counters from llama-speculative-simple's closing log lines."""
+    speed = _SPEED.search(output)
+    if speed is None:
+        return None
+    counts = {name: int(value) for name, value in _COUNT.findall(output)}
     return ReferenceRun(float(speed.group(3)), int(speed.group(1)), counts.get("n_drafted", 0), counts.get("n_accept", 0))

@@ -81,13 +81,16 @@ def print_report(result: BenchResult) -> None:
                 cells.append(f"{spec.predicted_per_second / plain.predicted_per_second:7.2f}")
             print(f"{category:<18} " + " ".join(cells))
 
-    if result.llama_bench_tg is not None:
-        print("\nllama.cpp side by side (same models, prompts and K, same run)")
-        print(f"llama-bench tg64 (target, plain):      {result.llama_bench_tg:7.1f} tok/s")
-        print(f"localspec plain:                       {plain_all.predicted_per_second:7.1f} tok/s  ({plain_all.predicted_per_second / result.llama_bench_tg:.2f} × llama-bench)")
+    if result.reference_error:
+        print(f"\nllama.cpp comparison skipped: {result.reference_error}")
+    if result.llama_bench_tg and result.reference and not result.reference_error:
+        tg = sum(result.llama_bench_tg) / len(result.llama_bench_tg)
+        print("\nllama.cpp side by side (same models, prompts and K; interleaved per prompt in this run)")
+        print(f"llama-bench tg64 (target, plain):      {tg:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_tg)})")
+        print(f"localspec plain:                       {plain_all.predicted_per_second:7.1f} tok/s  ({plain_all.predicted_per_second / tg:.2f} × llama-bench)")
         for k in result.ks:
             ours = GenerationStats.total(m.stats for m in result.measurements if m.k == k)
-            runs = [r[k] for r in result.reference.values()]
+            runs = [r for by_k in result.reference.values() for r in by_k.get(k, [])]
             tokens = sum(r.n_predict for r in runs)
             seconds = sum(r.n_predict / r.tokens_per_second for r in runs if r.tokens_per_second)
             theirs = tokens / seconds if seconds else 0.0

@@ -47,8 +47,9 @@ class BenchResult:
     ks: list[int]
     prompts: list[BenchPrompt]
     measurements: list[Measurement] = field(default_factory=list)
-    llama_bench_tg: float | None = None
-    reference: dict[str, dict[int, reference.ReferenceRun]] = field(default_factory=dict)
+    llama_bench_tg: list[float] = field(default_factory=list)  # before and after our runs
+    reference: dict[str, dict[int, list[reference.ReferenceRun]]] = field(default_factory=dict)
+    reference_error: str | None = None
     machine: dict[str, object] = field(default_factory=dict)
 
 
@@ -107,25 +108,12 @@ def run_bench(args: argparse.Namespace) -> int:
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
         for decoder in (engine.plain, engine.speculative):
             _measure(decoder, warmup, GenerationConfig(max_tokens=8, draft_max=ks[-1]))
+        _llama_bench(args, engine, result)
         for round_index in range(args.rounds):
             for prompt in prompts:
-                messages = ([Message("system", prompt.system)] if prompt.system else []) + [Message("user", prompt.prompt)]
-                tokens = chat_prompt_tokens(engine.target, messages)
-                modes = [0, *ks]
-                shift = round_index % len(modes)
-                plain_tokens: list[int] | None = None
-                for k in modes[shift:] + modes[:shift]:
-                    decoder = engine.plain if k == 0 else engine.speculative
-                    config = GenerationConfig(max_tokens=args.max_tokens, draft_max=k, draft_p_min=args.draft_p_min)
-                    out, stats = _measure(decoder, tokens, config)
-                    result.measurements.append(Measurement(prompt.id, k, out, stats))
-                    if k == 0:
-                        plain_tokens = out
-                for m in result.measurements[-len(modes):]:
-                    m.departs_at = next((i for i, (a, b) in enumerate(zip(plain_tokens, m.tokens)) if a != b), None)
+                _bench_prompt(args, engine, prompt, ks, round_index, result)
                 print(f"  measured {prompt.id} (round {round_index + 1}/{args.rounds})", flush=True)
-        if args.llama_cpp_bin:
-            _run_reference(args, engine, prompts, ks, result)
+        _llama_bench(args, engine, result)
     print_report(result)
     if args.json_file:
         args.json_file.write_text(json.dumps(_as_json(result), indent=2))
@@ -133,18 +121,49 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_reference(args: argparse.Namespace, engine: Engine, prompts: list[BenchPrompt], ks: list[int], result: BenchResult) -> None:
-    threads = engine.target.n_threads
-    print("  running llama-bench ...", flush=True)
-    result.llama_bench_tg = reference.llama_bench_tg(args.llama_cpp_bin, args.target, threads)
-    for prompt in prompts:
-        messages = ([Message("system", prompt.system)] if prompt.system else []) + [Message("user", prompt.prompt)]
-        text = render_chat(engine.target, messages)
-        result.reference[prompt.id] = {
-            k: reference.speculative_simple(args.llama_cpp_bin, args.target, args.draft, text, k, args.draft_p_min, args.max_tokens, threads, args.ctx_size)
-            for k in ks
-        }
-        print(f"  llama-speculative-simple {prompt.id}", flush=True)
+def _messages(prompt: BenchPrompt) -> list[Message]:
+    return ([Message("system", prompt.system)] if prompt.system else []) + [Message("user", prompt.prompt)]
+
+
+def _bench_prompt(args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, ks: list[int], round_index: int, result: BenchResult) -> None:
+    """Plain, each K, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike."""
+    tokens = chat_prompt_tokens(engine.target, _messages(prompt))
+    modes = [0, *ks]
+    shift = round_index % len(modes)
+    runs: dict[int, Measurement] = {}
+    for k in modes[shift:] + modes[:shift]:
+        decoder = engine.plain if k == 0 else engine.speculative
+        out, stats = _measure(decoder, tokens, GenerationConfig(max_tokens=args.max_tokens, draft_max=k, draft_p_min=args.draft_p_min))
+        runs[k] = Measurement(prompt.id, k, out, stats)
+    for m in runs.values():
+        m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[0].tokens, m.tokens)) if a != b), None)
+        result.measurements.append(m)
+    if args.llama_cpp_bin and not result.reference_error:
+        text = render_chat(engine.target, _messages(prompt))
+        for k in ks:
+            run = _reference_step(result, lambda: reference.speculative_simple(
+                args.llama_cpp_bin, args.target, args.draft, text, k, args.draft_p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
+            if run is not None:
+                result.reference.setdefault(prompt.id, {}).setdefault(k, []).append(run)
+
+
+def _llama_bench(args: argparse.Namespace, engine: Engine, result: BenchResult) -> None:
+    """llama-bench's plain rate for the target, taken before and after our runs to expose drift."""
+    if args.llama_cpp_bin:
+        tg = _reference_step(result, lambda: reference.llama_bench_tg(args.llama_cpp_bin, args.target, engine.target.n_threads))
+        if tg is not None:
+            result.llama_bench_tg.append(tg)
+
+
+def _reference_step(result: BenchResult, call):
+    """Run one llama.cpp tool; a failure is recorded (and later reported), never fatal to our measurements."""
+    if result.reference_error:
+        return None
+    try:
+        return call()
+    except EngineError as exc:
+        result.reference_error = str(exc)
+        return None
 
 
 def _as_json(result: BenchResult) -> dict[str, object]:
@@ -157,5 +176,6 @@ def _as_json(result: BenchResult) -> dict[str, object]:
             for m in result.measurements
         ],
         "llama_bench_tg": result.llama_bench_tg,
-        "reference": {pid: {str(k): asdict(r) for k, r in runs.items()} for pid, runs in result.reference.items()},
+        "reference": {pid: {str(k): [asdict(r) for r in rs] for k, rs in runs.items()} for pid, runs in result.reference.items()},
+        "reference_error": result.reference_error,
     }

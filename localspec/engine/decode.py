@@ -18,6 +18,7 @@ from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
+from localspec.engine import defaults
 from localspec.engine.drafter import Draft, Drafter, NoDrafter
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
@@ -32,10 +33,10 @@ Verification = Literal["speculative", "sample-match"]
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    max_tokens: int = 512
+    max_tokens: int = defaults.MAX_TOKENS
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    draft_max: int = 4
-    draft_p_min: float = 0.0
+    draft_max: int = defaults.DRAFT_MAX
+    draft_p_min: float = defaults.DRAFT_P_MIN
     verification: Verification = "speculative"  # at temperature > 0; temperature 0 is always greedy
     stop: tuple[str, ...] = ()
     record_margins: bool = False  # evidence for lossless tests; costs a partition per row
@@ -64,12 +65,9 @@ class Decoder:
             )
         config.sampling.validate()
         rng, seed = make_rng(config.sampling.seed)
-        greedy = config.sampling.greedy
-        draft_sampling = None if greedy or config.verification == "sample-match" else config.sampling
-        stats = GenerationStats(drafter=self.drafter.name, draft_max=config.draft_max, seed=None if greedy else seed)
+        stats = GenerationStats(drafter=self.drafter.name, draft_max=config.draft_max, seed=None if config.sampling.greedy else seed)
         text = TextAssembler(config.stop)
         target, drafter = self.target, self.drafter
-        drafter.decode_ns = 0
 
         start = time.perf_counter_ns()
         target.prefill(prompt[:-1])
@@ -80,7 +78,6 @@ class Decoder:
 
         last = prompt[-1]
         gen_start = time.perf_counter_ns()
-        target_ns = 0
         reason: StopReason | None = None
         message = ""
         while reason is None:
@@ -93,26 +90,12 @@ class Decoder:
                 message = f"The context is full ({target.n_ctx} tokens). Start a new conversation or raise the context size."
                 break
             k = max(0, min(config.draft_max, room, config.max_tokens - stats.predicted_n - 1))
+            draft, verdict, margins = self._step(last, k, config, rng, stats)
 
-            t0 = time.perf_counter_ns()
-            draft: Draft = drafter.propose(k, config.draft_p_min, draft_sampling, rng)
-            t1 = time.perf_counter_ns()
-            n_past = target.n_past
-            rows = target.decode([last, *draft.tokens], outputs=len(draft.tokens) + 1)
-            t2 = time.perf_counter_ns()
-            verdict = self._verify(draft, rows, config, greedy, rng)
-            margins = _top2_margins(rows[: verdict.n_accepted + 1]) if config.record_margins else None
-            target.truncate(n_past + 1 + verdict.n_accepted)
-            drafter.commit(verdict.n_accepted, verdict.token)
-            t3 = time.perf_counter_ns()
-            target_ns += t2 - t1
-            stats.record_step(len(draft.tokens), verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6)
-
-            emitted = draft.tokens[: verdict.n_accepted] + [verdict.token]
             final_source = TokenSource.TARGET if not draft.tokens else (
                 TokenSource.BONUS if verdict.n_accepted == len(draft.tokens) else TokenSource.CORRECTION
             )
-            for i, token in enumerate(emitted):
+            for i, token in enumerate(draft.tokens[: verdict.n_accepted] + [verdict.token]):
                 if target.is_eog(token):
                     reason = StopReason.EOS
                     break
@@ -132,8 +115,28 @@ class Decoder:
         if tail:
             yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps)
         stats.predicted_ms = (time.perf_counter_ns() - gen_start) / 1e6
-        stats.t_llama_ms = (target_ns + drafter.decode_ns) / 1e6
+        stats.t_llama_ms += drafter.decode_ns / 1e6  # the target's share was added step by step
         yield Finished(reason, stats, message)
+
+    def _step(
+        self, last: int, k: int, config: GenerationConfig, rng: np.random.Generator, stats: GenerationStats
+    ) -> tuple[Draft, Verdict, np.ndarray | None]:
+        """Draft up to k tokens, verify [last, *draft] in one target pass, keep the verdict, roll back the rest."""
+        greedy = config.sampling.greedy
+        draft_sampling = None if greedy or config.verification == "sample-match" else config.sampling
+        t0 = time.perf_counter_ns()
+        draft = self.drafter.propose(k, config.draft_p_min, draft_sampling, rng)
+        t1 = time.perf_counter_ns()
+        n_past = self.target.n_past
+        rows = self.target.decode([last, *draft.tokens], outputs=len(draft.tokens) + 1)
+        t2 = time.perf_counter_ns()
+        verdict = self._verify(draft, rows, config, greedy, rng)
+        margins = _top2_margins(rows[: verdict.n_accepted + 1]) if config.record_margins else None
+        self.target.truncate(n_past + 1 + verdict.n_accepted)
+        self.drafter.commit(verdict.n_accepted, verdict.token)
+        t3 = time.perf_counter_ns()
+        stats.record_step(len(draft.tokens), verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6)
+        return draft, verdict, margins
 
     @staticmethod
     def _verify(draft: Draft, rows: np.ndarray, config: GenerationConfig, greedy: bool, rng: np.random.Generator) -> Verdict:

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.engine import defaults
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
+    temperature: float = defaults.TEMPERATURE
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    min_p: float = defaults.MIN_P
     seed: int | None = None
 
     @property

@@ -44,6 +44,7 @@ class GenerationStats:
             self.n_acc_tokens_per_pos[i] += 1
         self.t_draft_ms += draft_ms
         self.t_verify_ms += verify_ms
+        self.t_llama_ms += target_decode_ms
         entry = self.verify_ms_by_batch.setdefault(n_drafted + 1, [0, 0.0])
         entry[0] += 1
         entry[1] += target_decode_ms
