@@ -114,3 +114,17 @@ def test_exact_joint_sums_to_one(setup):
     assert sum(expected.values()) == pytest.approx(1.0)
     assert all(len(k) == N_TOKENS for k in expected)
     assert len(expected) > 10  # a real spread of outcomes, not a near-deterministic model
+
+
+def test_greedy_confidence_matches_the_full_softmax():
+    import numpy as np
+
+    from localspec.engine.sampling import greedy_with_confidence
+
+    rng = np.random.default_rng(0)
+    for scale in (0.5, 3.0, 10.0):
+        row = (rng.standard_normal(151936) * scale).astype(np.float32)
+        exact = np.exp(row.astype(np.float64) - row.max())
+        token, confidence = greedy_with_confidence(row)
+        assert token == int(row.argmax())
+        assert confidence == pytest.approx(1.0 / exact.sum(), rel=1e-3)

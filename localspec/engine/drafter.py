@@ -17,7 +17,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from localspec.engine.model import Model
-from localspec.engine.sampling import Distribution, SamplingParams, distribution, top_probability
+from localspec.engine.sampling import Distribution, SamplingParams, distribution, greedy_with_confidence
 
 
 @dataclass
@@ -96,9 +96,13 @@ class ModelDrafter:
         self._base = self.model.n_past
         while True:
             if sampling is None:
-                if p_min > 0.0 and top_probability(row) < p_min:
-                    break
-                draft.tokens.append(int(row.argmax()))
+                if p_min > 0.0:
+                    token, confidence = greedy_with_confidence(row)
+                    if confidence < p_min:
+                        break
+                else:
+                    token = int(row.argmax())
+                draft.tokens.append(token)
             else:
                 q = distribution(row, sampling)
                 if q.top_prob < p_min:

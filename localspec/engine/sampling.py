@@ -100,7 +100,15 @@ def distribution(row: np.ndarray, params: SamplingParams) -> Distribution:
     return Distribution(ids=candidates[:keep], probs=tempered / tempered.sum())
 
 
-def top_probability(row: np.ndarray) -> float:
-    """Softmax probability of the most likely token, for the draft's confidence cut-off (p_min)."""
-    shifted = row - row.max()
-    return float(1.0 / np.exp(shifted, dtype=np.float32).sum())
+# Logits this far below the best add at most n_vocab * e^-20 (3e-4 for 150k tokens) to the
+# softmax denominator relative to the top term: ignoring them makes the draft's confidence
+# check five times cheaper, and the check only decides how far to draft, never what is emitted.
+_NEGLIGIBLE_LOGIT_GAP = 20.0
+
+
+def greedy_with_confidence(row: np.ndarray) -> tuple[int, float]:
+    """The argmax token and its softmax probability, for the draft's cut-off (p_min)."""
+    token = int(row.argmax())
+    best = row[token]
+    near = row[row > best - _NEGLIGIBLE_LOGIT_GAP]
+    return token, float(1.0 / np.exp(near - best).sum())
