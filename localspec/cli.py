@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--draft-p-min", type=float, default=defaults.DRAFT_P_MIN, help=f"for localspec and llama.cpp alike (default {defaults.DRAFT_P_MIN})")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")
+    bench.add_argument("--margins", action="store_true", help="record the target's top-2 logit gap, to show where outputs part (slows every step)")
     bench.add_argument("--json", dest="json_file", type=Path, help="also write the full results to this file")
     bench.add_argument("--llama-cpp-bin", type=Path, help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
     return parser

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from localspec.bench.runner import load_prompts, parse_ks
-from localspec.engine.cost_model import StepCosts, expected_tokens_per_step
+from localspec.engine.cost_model import StepCosts, draft_length_distribution, expected_tokens_per_step
 from localspec.engine.errors import EngineError
 
 
@@ -17,7 +17,7 @@ def test_bench_reports_every_mode_and_writes_json(tmp_path, tiny):
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]),
-         "--draft-max", "2,4", "--max-tokens", "24", "--json", str(out)],
+         "--draft-max", "2,4", "--max-tokens", "24", "--margins", "--json", str(out)],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
@@ -27,6 +27,7 @@ def test_bench_reports_every_mode_and_writes_json(tmp_path, tiny):
     assert len(data["measurements"]) == len(prompts) * 3
     for m in data["measurements"]:
         assert m["departs_at"] is None  # an identical draft is lossless everywhere
+        assert len(m["margins"]) == len(m["tokens"]) and min(m["margins"]) >= 0.0
         if m["k"]:
             assert m["stats"]["acceptance_rate"] == 1.0
     assert {p["category"] for p in data["prompts"]} >= {"code-writing", "code-editing", "chat", "creative"}
@@ -46,12 +47,16 @@ def test_k_list_parsing():
 
 
 def test_cost_model():
-    assert expected_tokens_per_step([1.0, 1.0, 1.0], 3) == 4.0
-    assert expected_tokens_per_step([0.5, 0.5], 2) == pytest.approx(1.75)
-    assert expected_tokens_per_step([0.5], 3) == 1.5  # unmeasured positions count as rejected
-    costs = StepCosts(plain_token_ms=10.0, draft_token_ms=2.0, verify_ms={4: 14.0})
-    assert costs.predicted_speedup([1.0, 1.0, 1.0], 3) == pytest.approx(4 * 10 / (3 * 2 + 14))
-    assert costs.predicted_speedup([1.0], 5) is None
+    # always drafting 3, acceptance cumulative per position (llama.cpp's n_acc_tokens_per_pos)
+    assert expected_tokens_per_step([1.0, 1.0, 1.0], [0.9, 0.8, 0.6]) == pytest.approx(1 + 0.9 + 0.8 + 0.6)
+    # a cut-off stops half the drafts after one token: position 1 only counts where it was reached
+    assert expected_tokens_per_step([1.0, 0.5], [0.8, 0.6]) == pytest.approx(1 + 0.8 + 0.3)
+    assert draft_length_distribution([1.0, 0.5]) == [0.0, 0.5, 0.5]
+    assert draft_length_distribution([]) == [1.0]
+    costs = StepCosts(plain_token_ms=10.0, draft_token_ms=2.0, verify_ms={2: 12.0, 3: 14.0})
+    assert costs.predicted_speedup([1.0, 1.0], [1.0, 1.0]) == pytest.approx(3 * 10 / (2 * 2 + 14))
+    assert costs.predicted_speedup([1.0, 0.5], [1.0, 1.0]) == pytest.approx(2.5 * 10 / (1.5 * 2 + 0.5 * 12 + 0.5 * 14))
+    assert costs.predicted_speedup([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]) is None  # batch of 4 never measured
 
 
 def test_llama_speculative_simple_output_is_parsed():

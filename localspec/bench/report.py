@@ -33,7 +33,7 @@ def _row(label: str, k: int, stats: GenerationStats, plain: GenerationStats, dep
     if k == 0:
         return f"{label:<18} {_label(k):>6} {stats.predicted_per_second:7.1f} {1.0:6.2f} {'':>7} {1.0:6.2f} {'':>24} {'':>6} {stats.python_ms_per_step:6.2f}  {departs}"
     positions = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position[:6])
-    predicted = costs_from(plain, stats).predicted_speedup(stats.acceptance_by_position, k)
+    predicted = costs_from(plain, stats).predicted_speedup(stats.draft_reach_by_position, stats.acceptance_by_position)
     pred = f"{predicted:6.2f}" if predicted is not None else f"{'-':>6}"
     return (
         f"{label:<18} {_label(k):>6} {stats.predicted_per_second:7.1f} {ratio:6.2f} {100 * stats.acceptance_rate:6.1f}% "
@@ -56,8 +56,11 @@ def print_report(result: BenchResult) -> None:
         plain = GenerationStats.total(m.stats for m in modes[0])
         for k in [0, *result.ks]:
             runs = modes[k]
-            departures = [m.departs_at for m in runs if m.departs_at is not None]
-            departs = "yes" if not departures else f"departs at token {min(departures)}"
+            departs = "yes"
+            for m in runs:
+                if m.departs_at is not None:
+                    margin = m.margin_at_departure(modes[0][0])
+                    departs = f"departs at token {m.departs_at}" + ("" if margin is None else f" (top-2 gap {margin:.3f})")
             print(_row(prompt.id if k == 0 else "", k, GenerationStats.total(m.stats for m in runs), plain, departs))
 
     print("\nOverall")

@@ -40,6 +40,13 @@ class Measurement:
     tokens: list[int]
     stats: GenerationStats
     departs_at: int | None = None  # first token that differs from plain output (greedy runs)
+    margins: list[float] = field(default_factory=list)  # target's top-1 minus top-2 logit per token (--margins)
+
+    def margin_at_departure(self, plain: Measurement) -> float | None:
+        """The closer of the two runs' top-2 logit gaps where the outputs part: a near-tie, or a bug."""
+        if self.departs_at is None or not self.margins or not plain.margins:
+            return None
+        return min(self.margins[self.departs_at], plain.margins[self.departs_at])
 
 
 @dataclass
@@ -82,13 +89,16 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
-def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> tuple[list[int], GenerationStats]:
+def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> tuple[list[int], list[float], GenerationStats]:
     tokens: list[int] = []
+    margins: list[float] = []
     for event in decoder.generate(prompt, config):
         if isinstance(event, TokenEvent) and event.token >= 0:
             tokens.append(event.token)
+            if event.margin is not None:
+                margins.append(event.margin)
         elif isinstance(event, Finished):
-            return tokens, event.stats
+            return tokens, margins, event.stats
     raise AssertionError("generate() ended without Finished")
 
 
@@ -133,8 +143,9 @@ def _bench_prompt(args: argparse.Namespace, engine: Engine, prompt: BenchPrompt,
     runs: dict[int, Measurement] = {}
     for k in modes[shift:] + modes[:shift]:
         decoder = engine.plain if k == 0 else engine.speculative
-        out, stats = _measure(decoder, tokens, GenerationConfig(max_tokens=args.max_tokens, draft_max=k, draft_p_min=args.draft_p_min))
-        runs[k] = Measurement(prompt.id, k, out, stats)
+        config = GenerationConfig(max_tokens=args.max_tokens, draft_max=k, draft_p_min=args.draft_p_min, record_margins=args.margins)
+        out, margins, stats = _measure(decoder, tokens, config)
+        runs[k] = Measurement(prompt.id, k, out, stats, margins=margins)
     for m in runs.values():
         m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[0].tokens, m.tokens)) if a != b), None)
         result.measurements.append(m)
@@ -172,7 +183,7 @@ def _as_json(result: BenchResult) -> dict[str, object]:
         "ks": result.ks,
         "prompts": [asdict(p) for p in result.prompts],
         "measurements": [
-            {"prompt": m.prompt_id, "k": m.k, "departs_at": m.departs_at, "tokens": m.tokens, "stats": m.stats.to_dict()}
+            {"prompt": m.prompt_id, "k": m.k, "departs_at": m.departs_at, "tokens": m.tokens, "margins": m.margins, "stats": m.stats.to_dict()}
             for m in result.measurements
         ],
         "llama_bench_tg": result.llama_bench_tg,

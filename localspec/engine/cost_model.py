@@ -1,9 +1,15 @@
-"""What a draft length K should buy, from measured acceptance and measured costs.
+"""What a draft of up to K tokens should buy, from measured acceptance and measured costs.
 
 Speculation pays only when the tokens a step settles outweigh what the step
-costs: K draft tokens plus one target pass over K+1 tokens. The bench shows
-this prediction beside the measured speedup, so the model is checked against
-reality on every run.
+costs: the drafted tokens plus one target pass over them and one more. The
+bench shows this prediction beside the measured speedup, so the model is
+checked against reality on every run.
+
+Both inputs are per draft position i, as the statistics keep them:
+- reach[i]: the share of steps whose draft got as far as position i (1 for
+  every i < K without a confidence cut-off);
+- accepted[i]: among those, the share whose tokens 0..i were all accepted
+  (llama.cpp's n_acc_tokens_per_pos, cumulative, not conditional).
 """
 
 from __future__ import annotations
@@ -12,17 +18,15 @@ from dataclasses import dataclass
 from typing import Sequence
 
 
-def expected_tokens_per_step(acceptance_by_position: Sequence[float], k: int) -> float:
-    """1 (the target's own token) plus the expected accepted prefix of a K-token draft.
+def expected_tokens_per_step(reach: Sequence[float], accepted: Sequence[float]) -> float:
+    """1 (the target's own token) plus the expected number of accepted draft tokens."""
+    return 1.0 + sum(r * a for r, a in zip(reach, accepted))
 
-    `acceptance_by_position[i]` is the chance that token i is accepted given that
-    tokens 0..i-1 were; positions never measured count as 0.
-    """
-    expected, survive = 1.0, 1.0
-    for i in range(k):
-        survive *= acceptance_by_position[i] if i < len(acceptance_by_position) else 0.0
-        expected += survive
-    return expected
+
+def draft_length_distribution(reach: Sequence[float]) -> list[float]:
+    """P(draft length = j) for j = 0..len(reach), from the share of steps reaching each position."""
+    bounds = [1.0, *reach, 0.0]
+    return [max(0.0, bounds[j] - bounds[j + 1]) for j in range(len(reach) + 1)]
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,15 @@ class StepCosts:
     verify_ms: dict[int, float]
     overhead_ms: float = 0.0  # per step, outside the draft and the target pass
 
-    def predicted_speedup(self, acceptance_by_position: Sequence[float], k: int) -> float | None:
-        verify = self.verify_ms.get(k + 1)
-        if verify is None or self.plain_token_ms <= 0:
+    def predicted_speedup(self, reach: Sequence[float], accepted: Sequence[float]) -> float | None:
+        """Expected speculative tok/s over plain tok/s; None if a needed verify size was never measured."""
+        verify = 0.0
+        for length, share in enumerate(draft_length_distribution(reach)):
+            if share > 0.0:
+                if length + 1 not in self.verify_ms:
+                    return None
+                verify += share * self.verify_ms[length + 1]
+        step_ms = sum(reach) * self.draft_token_ms + verify + self.overhead_ms
+        if self.plain_token_ms <= 0 or step_ms <= 0:
             return None
-        step_ms = k * self.draft_token_ms + verify + self.overhead_ms
-        return expected_tokens_per_step(acceptance_by_position, k) * self.plain_token_ms / step_ms
+        return expected_tokens_per_step(reach, accepted) * self.plain_token_ms / step_ms

@@ -75,8 +75,13 @@ class GenerationStats:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        """Share of drafts that reached position i whose token i was accepted."""
+        """Among drafts that reached position i, the share whose tokens 0..i were all accepted (cumulative)."""
         return [a / n if n else 0.0 for a, n in zip(self.n_acc_tokens_per_pos, self.draft_n_per_pos)]
+
+    @property
+    def draft_reach_by_position(self) -> list[float]:
+        """Share of steps whose draft got as far as position i (below 1 when the confidence cut-off stops it)."""
+        return [n / self.n_steps for n in self.draft_n_per_pos] if self.n_steps else []
 
     @property
     def tokens_per_step(self) -> float:
@@ -99,6 +104,6 @@ class GenerationStats:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k != "verify_ms_by_batch"}
         out["verify_ms_by_batch"] = {str(k): {"n": int(v[0]), "ms": v[1]} for k, v in sorted(self.verify_ms_by_batch.items())}
-        for name in ("acceptance_rate", "acceptance_by_position", "tokens_per_step", "predicted_per_second", "t_other_ms", "python_ms_per_step"):
+        for name in ("acceptance_rate", "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second", "t_other_ms", "python_ms_per_step"):
             out[name] = getattr(self, name)
         return out
