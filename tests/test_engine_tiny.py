@@ -172,3 +172,26 @@ def test_long_prompt_is_prefilled_in_batches_and_reused(tiny):
         assert again.tokens == first.tokens
         assert engine.target.n_decoded - decoded < 40  # the prompt came from the cache
         assert again.tokens == run(engine.plain, prompt, GenerationConfig(max_tokens=20)).tokens
+
+
+def test_draft_catches_up_after_many_plain_steps(tiny):
+    """Steps without a draft leave tokens pending; the next draft feeds them all, in n_batch chunks."""
+    import numpy as np
+
+    from localspec.engine.drafter import ModelDrafter
+    from localspec.engine.model import Model
+
+    with Model(tiny["near"]) as model:
+        drafter = ModelDrafter(model)
+        prompt = raw_prompt_tokens(model, "hello")
+        drafter.start(prompt)
+        settled = list(prompt)
+        rng = np.random.default_rng(0)
+        for i in range(model.n_batch + 100):
+            assert drafter.propose(0, 0.0, None, rng).tokens == []
+            token = 10 + i % 200
+            drafter.commit(0, token)
+            settled.append(token)
+        draft = drafter.propose(3, 0.0, None, rng)
+        assert len(draft.tokens) == 3
+        assert model.kv_tokens == settled + draft.tokens[:2]

@@ -80,6 +80,10 @@ class ModelDrafter:
 
     def _decode(self, tokens: list[int]) -> np.ndarray:
         start = time.perf_counter_ns()
+        n_batch = self.model.n_batch
+        while len(tokens) > n_batch:  # a long run of plain steps left many tokens pending
+            self.model.decode(tokens[:n_batch], outputs=0)
+            tokens = tokens[n_batch:]
         rows = self.model.decode(tokens, outputs=1)
         self.decode_ns += time.perf_counter_ns() - start
         return rows[0]
