@@ -13,6 +13,7 @@ import platform
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from localspec import __version__
 from localspec.bench import reference
@@ -23,6 +24,9 @@ from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.stats import GenerationStats
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,7 @@ def _llama_bench(args: argparse.Namespace, engine: Engine, result: BenchResult) 
             result.llama_bench_tg.append(tg)
 
 
-def _reference_step(result: BenchResult, call):
+def _reference_step(result: BenchResult, call: Callable[[], T]) -> T | None:
     """Run one llama.cpp tool; a failure is recorded (and later reported), never fatal to our measurements."""
     if result.reference_error:
         return None
