@@ -71,9 +71,7 @@ class ModelDrafter:
         self._base = 0  # cache length before the current draft's tokens
 
     def start(self, prompt: Sequence[int]) -> None:
-        start = time.perf_counter_ns()
-        self.model.prefill(prompt[:-1])
-        self.decode_ns += time.perf_counter_ns() - start
+        self.model.prefill(prompt[:-1])  # prompt time, which the decoder measures itself
         self._pending = [prompt[-1]]
         self._drafted = []
         self._n_decoded_drafts = 0

@@ -35,9 +35,7 @@ class GenerationStats:
         self.n_steps += 1
         self.draft_n += n_drafted
         self.draft_n_accepted += n_accepted
-        while len(self.draft_n_per_pos) < n_drafted:
-            self.draft_n_per_pos.append(0)
-            self.n_acc_tokens_per_pos.append(0)
+        self._reach_position(n_drafted)
         for i in range(n_drafted):
             self.draft_n_per_pos[i] += 1
         for i in range(n_accepted):
@@ -49,6 +47,12 @@ class GenerationStats:
         entry[0] += 1
         entry[1] += target_decode_ms
 
+    def _reach_position(self, n: int) -> None:
+        """Grow the per-position counters to cover n draft positions."""
+        while len(self.draft_n_per_pos) < n:
+            self.draft_n_per_pos.append(0)
+            self.n_acc_tokens_per_pos.append(0)
+
     @classmethod
     def total(cls, runs: Iterable[GenerationStats]) -> GenerationStats:
         """Several runs summed into one, so that rates are total tokens over total time."""
@@ -57,10 +61,8 @@ class GenerationStats:
             for name in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
                          "t_draft_ms", "t_verify_ms", "t_llama_ms"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
+            total._reach_position(len(s.draft_n_per_pos))
             for i, (drafted, accepted) in enumerate(zip(s.draft_n_per_pos, s.n_acc_tokens_per_pos)):
-                if i == len(total.draft_n_per_pos):
-                    total.draft_n_per_pos.append(0)
-                    total.n_acc_tokens_per_pos.append(0)
                 total.draft_n_per_pos[i] += drafted
                 total.n_acc_tokens_per_pos[i] += accepted
             for batch, (count, ms) in s.verify_ms_by_batch.items():
