@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from localspec.bench.runner import load_prompts, parse_ks
+from localspec.bench.runner import load_prompts, parse_ks, parse_p_mins
 from localspec.engine.cost_model import StepCosts, draft_length_distribution, expected_tokens_per_step
 from localspec.engine.errors import EngineError
 
@@ -17,11 +17,13 @@ def test_bench_reports_every_mode_and_writes_json(tmp_path, tiny):
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]),
-         "--draft-max", "2,4", "--max-tokens", "24", "--margins", "--json", str(out)],
+         "--draft-max", "2,4", "--max-tokens", "24", "--margins", "--json", str(out), "--llama-cpp-bin", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert "Per prompt" in result.stdout and "Overall" in result.stdout and "By category" in result.stdout
+    # No llama.cpp tools in that directory: our measurements stand, and the report says why the comparison is missing.
+    assert f"llama.cpp comparison skipped: {tmp_path / 'llama-bench'} not found" in result.stdout
     data = json.loads(out.read_text())
     prompts = load_prompts(None)
     assert len(data["measurements"]) == len(prompts) * 3
@@ -44,6 +46,14 @@ def test_k_list_parsing():
     assert parse_ks("4,1,2,4") == [1, 2, 4]
     with pytest.raises(ValueError, match="comma-separated integers"):
         parse_ks("1,two")
+
+
+def test_reference_p_min_parsing():
+    assert parse_p_mins("0.6,0,0.6") == [0.0, 0.6]
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        parse_p_mins("1.5")
+    with pytest.raises(ValueError, match="comma-separated probabilities"):
+        parse_p_mins("low")
 
 
 def test_cost_model():

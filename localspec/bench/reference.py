@@ -18,6 +18,11 @@ from pathlib import Path
 from localspec.engine.errors import EngineError
 
 
+# llama.cpp's own default draft p-min (`common_params_speculative::p_min` in the
+# vendored common/common.h): what a user of its example gets without tuning.
+LLAMA_CPP_DEFAULT_P_MIN = 0.0
+
+
 @dataclass(frozen=True)
 class ReferenceRun:
     tokens_per_second: float
@@ -33,9 +38,16 @@ def _tool(bin_dir: Path, name: str) -> Path:
     return path
 
 
-def llama_bench_tg(bin_dir: Path, target: Path, threads: int, n_gen: int = 64) -> float:
-    """The target's plain generation rate (tokens/s) as llama-bench measures it (tg<n_gen>)."""
-    command = [str(_tool(bin_dir, "llama-bench")), "-m", str(target), "-p", "0", "-n", str(n_gen), "-t", str(threads), "-o", "json"]
+def llama_bench_tg(bin_dir: Path, target: Path, threads: int, n_gen: int = 64, depth: int = 0) -> float:
+    """The target's plain generation rate (tokens/s) as llama-bench measures it (tg<n_gen> @ d<depth>).
+
+    Depth matters: each token attends to everything before it, so generating
+    after a chat prompt is slower than llama-bench's default empty context.
+    """
+    command = [
+        str(_tool(bin_dir, "llama-bench")), "-m", str(target), "-p", "0", "-n", str(n_gen), "-d", str(depth),
+        "-t", str(threads), "-o", "json",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise EngineError(f"llama-bench failed: {result.stderr.strip()[-500:]}")

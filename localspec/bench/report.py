@@ -87,19 +87,32 @@ def print_report(result: BenchResult) -> None:
     if result.reference_error:
         print(f"\nllama.cpp comparison skipped: {result.reference_error}")
     if result.llama_bench_tg and result.reference and not result.reference_error:
-        tg = sum(result.llama_bench_tg) / len(result.llama_bench_tg)
-        print("\nllama.cpp side by side (same models, prompts and K; interleaved per prompt in this run)")
-        print(f"llama-bench tg64 (target, plain):      {tg:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_tg)})")
-        print(f"localspec plain:                       {plain_all.predicted_per_second:7.1f} tok/s  ({plain_all.predicted_per_second / tg:.2f} × llama-bench)")
-        for k in result.ks:
-            ours = GenerationStats.total(m.stats for m in result.measurements if m.k == k)
-            runs = [r for by_k in result.reference.values() for r in by_k.get(k, [])]
+        _print_llama_cpp_side_by_side(result, plain_all)
+
+
+def _mean_rate(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _print_llama_cpp_side_by_side(result: BenchResult, plain_all: GenerationStats) -> None:
+    tg = _mean_rate(result.llama_bench_tg)
+    matched = _mean_rate(result.llama_bench_matched)
+    n_gen, depth = result.matched_workload
+    ours_plain = plain_all.predicted_per_second
+    print("\nllama.cpp side by side (same models, prompts and K; interleaved per prompt in this run)")
+    print(f"llama-bench tg64, empty context:          {tg:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_tg)})")
+    print(f"llama-bench tg{n_gen} @ d{depth} (our workload): {matched:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_matched)})")
+    print(f"localspec plain:                          {ours_plain:7.1f} tok/s  ({ours_plain / tg:.2f} × tg64, {ours_plain / matched:.2f} × our workload)")
+    for k in result.ks:
+        ours = GenerationStats.total(m.stats for m in result.measurements if m.k == k)
+        for p_min in sorted({r.p_min for r in result.reference}):
+            runs = [r.run for r in result.reference if r.k == k and r.p_min == p_min]
             tokens = sum(r.n_predict for r in runs)
             seconds = sum(r.n_predict / r.tokens_per_second for r in runs if r.tokens_per_second)
             theirs = tokens / seconds if seconds else 0.0
             accept = sum(r.n_accept for r in runs) / max(1, sum(r.n_drafted for r in runs))
             print(
-                f"K={k}: llama-speculative-simple {theirs:7.1f} tok/s ({100 * accept:.1f}% accepted)   "
-                f"localspec {ours.predicted_per_second:7.1f} tok/s ({100 * ours.acceptance_rate:.1f}% accepted)   "
+                f"K={k}: llama-speculative-simple (p-min {p_min:.2f}) {theirs:6.1f} tok/s ({100 * accept:5.1f}% accepted)   "
+                f"localspec {ours.predicted_per_second:6.1f} tok/s ({100 * ours.acceptance_rate:5.1f}% accepted)   "
                 f"ratio {ours.predicted_per_second / theirs if theirs else 0.0:.2f}"
             )

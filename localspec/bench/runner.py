@@ -53,13 +53,25 @@ class Measurement:
         return min(self.margins[self.departs_at], plain.margins[self.departs_at])
 
 
+@dataclass(frozen=True)
+class ReferenceMeasurement:
+    """One llama-speculative-simple run: which prompt, K and p-min, and what it measured."""
+
+    prompt_id: str
+    k: int
+    p_min: float
+    run: reference.ReferenceRun
+
+
 @dataclass
 class BenchResult:
     ks: list[int]
     prompts: list[BenchPrompt]
     measurements: list[Measurement] = field(default_factory=list)
-    llama_bench_tg: list[float] = field(default_factory=list)  # before and after our runs
-    reference: dict[str, dict[int, list[reference.ReferenceRun]]] = field(default_factory=dict)
+    llama_bench_tg: list[float] = field(default_factory=list)  # tg64 on an empty context, before and after our runs
+    llama_bench_matched: list[float] = field(default_factory=list)  # our workload: tg<max_tokens> @ d<mean prompt>
+    matched_workload: tuple[int, int] = (0, 0)  # (n_gen, depth) of llama_bench_matched
+    reference: list[ReferenceMeasurement] = field(default_factory=list)
     reference_error: str | None = None
     machine: dict[str, object] = field(default_factory=dict)
 
@@ -81,6 +93,16 @@ def load_prompts(path: Path | None) -> list[BenchPrompt]:
     if not prompts:
         raise EngineError(f"{source} holds no prompts.")
     return prompts
+
+
+def parse_p_mins(text: str) -> list[float]:
+    try:
+        values = sorted({float(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise ValueError(f"--reference-p-min takes comma-separated probabilities such as 0,0.6, not {text!r}") from None
+    if not values or not all(0.0 <= v <= 1.0 for v in values):
+        raise ValueError("--reference-p-min values must lie between 0 and 1")
+    return values
 
 
 def parse_ks(text: str) -> list[int]:
@@ -110,6 +132,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from localspec.cli import engine_config_from_args
 
     ks = parse_ks(args.draft_max)
+    reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = load_prompts(args.prompts)
     if args.draft is None:
         raise EngineError("bench compares plain and speculative decoding: give a draft model with --draft.")
@@ -122,10 +145,12 @@ def run_bench(args: argparse.Namespace) -> int:
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
         for decoder in (engine.plain, engine.speculative):
             _measure(decoder, warmup, GenerationConfig(max_tokens=8, draft_max=ks[-1]))
+        depth = round(sum(len(chat_prompt_tokens(engine.target, _messages(p))) for p in prompts) / len(prompts))
+        result.matched_workload = (args.max_tokens, depth)
         _llama_bench(args, engine, result)
         for round_index in range(args.rounds):
             for prompt in prompts:
-                _bench_prompt(args, engine, prompt, ks, round_index, result)
+                _bench_prompt(args, engine, prompt, ks, reference_p_mins, round_index, result)
                 print(f"  measured {prompt.id} (round {round_index + 1}/{args.rounds})", flush=True)
         _llama_bench(args, engine, result)
     print_report(result)
@@ -139,7 +164,9 @@ def _messages(prompt: BenchPrompt) -> list[Message]:
     return ([Message("system", prompt.system)] if prompt.system else []) + [Message("user", prompt.prompt)]
 
 
-def _bench_prompt(args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, ks: list[int], round_index: int, result: BenchResult) -> None:
+def _bench_prompt(
+    args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, ks: list[int], reference_p_mins: list[float], round_index: int, result: BenchResult
+) -> None:
     """Plain, each K, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike."""
     tokens = chat_prompt_tokens(engine.target, _messages(prompt))
     modes = [0, *ks]
@@ -156,18 +183,28 @@ def _bench_prompt(args: argparse.Namespace, engine: Engine, prompt: BenchPrompt,
     if args.llama_cpp_bin and not result.reference_error:
         text = render_chat(engine.target, _messages(prompt))
         for k in ks:
-            run = _reference_step(result, lambda: reference.speculative_simple(
-                args.llama_cpp_bin, args.target, args.draft, text, k, args.draft_p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
-            if run is not None:
-                result.reference.setdefault(prompt.id, {}).setdefault(k, []).append(run)
+            for p_min in reference_p_mins:
+                run = _reference_step(result, lambda: reference.speculative_simple(
+                    args.llama_cpp_bin, args.target, args.draft, text, k, p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
+                if run is not None:
+                    result.reference.append(ReferenceMeasurement(prompt.id, k, p_min, run))
 
 
 def _llama_bench(args: argparse.Namespace, engine: Engine, result: BenchResult) -> None:
-    """llama-bench's plain rate for the target, taken before and after our runs to expose drift."""
-    if args.llama_cpp_bin:
-        tg = _reference_step(result, lambda: reference.llama_bench_tg(args.llama_cpp_bin, args.target, engine.target.n_threads))
-        if tg is not None:
-            result.llama_bench_tg.append(tg)
+    """llama-bench's plain rate for the target, taken before and after our runs to expose drift.
+
+    Twice: its customary tg64 on an empty context, and our own workload (as many
+    tokens as we generate, after a context as long as our mean prompt).
+    """
+    if not args.llama_cpp_bin:
+        return
+    n_gen, depth = result.matched_workload
+    threads = engine.target.n_threads
+    tg = _reference_step(result, lambda: reference.llama_bench_tg(args.llama_cpp_bin, args.target, threads))
+    matched = _reference_step(result, lambda: reference.llama_bench_tg(args.llama_cpp_bin, args.target, threads, n_gen, depth))
+    if tg is not None and matched is not None:
+        result.llama_bench_tg.append(tg)
+        result.llama_bench_matched.append(matched)
 
 
 def _reference_step(result: BenchResult, call: Callable[[], T]) -> T | None:
@@ -191,6 +228,7 @@ def _as_json(result: BenchResult) -> dict[str, object]:
             for m in result.measurements
         ],
         "llama_bench_tg": result.llama_bench_tg,
-        "reference": {pid: {str(k): [asdict(r) for r in rs] for k, rs in runs.items()} for pid, runs in result.reference.items()},
+        "llama_bench_matched": {"n_gen": result.matched_workload[0], "depth": result.matched_workload[1], "tok_s": result.llama_bench_matched},
+        "reference": [asdict(r) for r in result.reference],
         "reference_error": result.reference_error,
     }
