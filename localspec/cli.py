@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from localspec import __version__
+from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
+from localspec.cli_models import add_model_commands, run_model_command
 from localspec.engine import defaults
+from localspec.errors import LocalspecError
 
 if TYPE_CHECKING:  # the engine loads llama.cpp: imported only by the commands that need it
     from localspec.engine.decode import GenerationConfig
@@ -19,7 +22,8 @@ if TYPE_CHECKING:  # the engine loads llama.cpp: imported only by the commands t
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models")
-    group.add_argument("--target", type=Path, required=True, help="target model GGUF file")
+    group.add_argument("--pair", help="a downloaded pair from the catalog (`localspec list`), instead of --target/--draft")
+    group.add_argument("--target", type=Path, help="target model GGUF file")
     group.add_argument("--draft", type=Path, help="draft model GGUF file (same tokenizer as the target)")
     group.add_argument("--ctx-size", type=int, default=4096, help="context size shared by both models (default 4096)")
     group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
@@ -44,8 +48,8 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_draft_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("speculation")
-    group.add_argument("--draft-max", type=int, default=defaults.DRAFT_MAX, help=f"most tokens drafted per step, K (default {defaults.DRAFT_MAX})")
-    group.add_argument("--draft-p-min", type=float, default=defaults.DRAFT_P_MIN, help=f"stop drafting below this draft confidence (default {defaults.DRAFT_P_MIN})")
+    group.add_argument("--draft-max", type=int, help=f"most tokens drafted per step, K (default: the pair's, else {defaults.DRAFT_MAX})")
+    group.add_argument("--draft-p-min", type=float, help=f"stop drafting below this draft confidence (default: the pair's, else {defaults.DRAFT_P_MIN})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,12 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(bench)
     bench.add_argument("--prompts", type=Path, help="JSONL prompt set (default: the bundled set)")
     bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8)")
-    bench.add_argument("--draft-p-min", type=float, default=defaults.DRAFT_P_MIN, help=f"for localspec and llama.cpp alike (default {defaults.DRAFT_P_MIN})")
+    bench.add_argument("--draft-p-min", type=float, help=f"localspec's draft p-min (default: the pair's, else {defaults.DRAFT_P_MIN})")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")
     bench.add_argument("--margins", action="store_true", help="record the target's top-2 logit gap, to show where outputs part (slows every step)")
     bench.add_argument("--json", dest="json_file", type=Path, help="also write the full results to this file")
+    bench.add_argument(
+        "--reference-p-min", default=f"{LLAMA_CPP_DEFAULT_P_MIN},{defaults.DRAFT_P_MIN}",
+        help=f"p-min values to run llama.cpp's example at (default: its own default {LLAMA_CPP_DEFAULT_P_MIN}, and ours {defaults.DRAFT_P_MIN})",
+    )
     bench.add_argument("--llama-cpp-bin", type=Path, help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
+
+    add_model_commands(commands)
     return parser
 
 
@@ -84,16 +94,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from localspec.engine.errors import EngineError
-
     try:
         if args.command == "generate":
+            resolve_models(args)
             return run_generate(args)
         if args.command == "bench":
             from localspec.bench.runner import run_bench
 
+            resolve_models(args)
             return run_bench(args)
-    except EngineError as exc:
+        return run_model_command(args)
+    except LocalspecError as exc:
         print(f"localspec: {exc}", file=sys.stderr)
         return 1
     except ValueError as exc:
@@ -102,6 +113,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def resolve_models(args: argparse.Namespace) -> None:
+    """--pair ID becomes the pair's downloaded files and its recommended draft settings; else --target is required."""
+    from localspec.catalog import CatalogError, load_catalog
+    from localspec.hub.config import HubConfig
+    from localspec.pair_files import local_pair_paths
+
+    pair = None
+    if args.pair:
+        if args.target or args.draft:
+            raise CatalogError("Give --pair, or --target (and --draft), not both.")
+        pair = load_catalog().get(args.pair)
+        args.target, args.draft = local_pair_paths(HubConfig.from_env(), pair)
+    elif args.target is None:
+        raise CatalogError("Name the models: --pair ID (see `localspec list`), or --target PATH [--draft PATH].")
+    if args.draft_p_min is None:
+        args.draft_p_min = pair.draft_p_min if pair and pair.draft_p_min is not None else defaults.DRAFT_P_MIN
+    if args.command == "generate" and args.draft_max is None:  # bench sweeps its own list of K
+        args.draft_max = pair.draft_max if pair and pair.draft_max is not None else defaults.DRAFT_MAX
 
 
 def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True) -> EngineConfig:

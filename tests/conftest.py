@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.events import Finished, TokenEvent
+from localspec.hub.config import HubConfig
 from tests import real_pair
+from tests.hub_server import LoopbackHub
 from tests.tiny_models import TinySpec, write_tiny_model
 
 TINY_SPECS = {
@@ -59,6 +63,34 @@ def run(decoder: Decoder, prompt: list[int], config: GenerationConfig, cancel=No
     return Run([e.token for e in events if e.token >= 0], events, finished)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run `python -m localspec ARGS` as a user would, capturing its output."""
-    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def hub() -> Iterator[LoopbackHub]:
+    """A loopback hub and CDN (see hub_server.py); tests add the files they serve."""
+    server = LoopbackHub().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hub_env(tmp_path: Path, hub: LoopbackHub) -> dict[str, str]:
+    """The environment of a user whose hub is the loopback one, with a fresh HF cache and config directory."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
+    env.update(
+        HF_ENDPOINT=hub.endpoint,
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+    )
+    return env
+
+
+@pytest.fixture
+def hub_config(tmp_path: Path, hub: LoopbackHub) -> HubConfig:
+    """The same loopback hub for in-process calls (huggingface-hub reads its environment once, at import)."""
+    return HubConfig(endpoint=hub.endpoint, cache_dir=tmp_path / "hf-home" / "hub", offline=False, token=False)

@@ -6,9 +6,11 @@ and what to do about it, so the CLI and the app can show it as it is.
 
 from __future__ import annotations
 
+from localspec.errors import LocalspecError
 
-class EngineError(Exception):
-    """Base class: an expected failure with a user-facing message."""
+
+class EngineError(LocalspecError):
+    """Base class of the engine's expected failures."""
 
 
 class ModelLoadError(EngineError):

@@ -1,0 +1,144 @@
+"""The model commands: `pull`, `list`, `rm` and `check`.
+
+They share one shape: resolve what the user named (a catalog pair, a hub
+REPO/FILE, or local paths), act through `pair_files` and the hub package, and
+print plain text. The app calls the same functions from its workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from localspec.catalog import Catalog, CatalogError, ModelRef, Pair, load_catalog, split_parts, user_catalog_path
+from localspec.hub.config import HubConfig
+from localspec.hub.download import Downloader, FileRequest
+from localspec.hub.progress import format_bytes
+from localspec.pair_files import HeaderReport, PairCheck, check_pair_headers, model_state, pull_pair, remove_pair, requests_for
+from localspec.progress_bar import ProgressBar
+
+
+def add_model_commands(commands: argparse._SubParsersAction) -> None:
+    pull = commands.add_parser("pull", help="download a pair (checked from its headers first) or one hub file")
+    pull.add_argument("name", metavar="PAIR|REPO/FILE", help="a pair id from `localspec list`, or OWNER/REPO/FILE.gguf")
+    pull.add_argument("--skip-check", action="store_true", help="download without the header-only pair check")
+
+    commands.add_parser("list", help="the catalog's pairs: downloaded or not, size on disk, where")
+
+    rm = commands.add_parser("rm", help="delete a pair's downloaded files (files another downloaded pair uses are kept)")
+    rm.add_argument("pair", metavar="PAIR")
+
+    check = commands.add_parser("check", help="can this draft serve this target? read from the GGUF headers only")
+    check.add_argument("pair", metavar="PAIR", nargs="?", help="a pair id (default: give --target and --draft)")
+    check.add_argument("--target", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
+    check.add_argument("--draft", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
+
+
+def run_model_command(args: argparse.Namespace) -> int:
+    config = HubConfig.from_env()
+    if args.command == "pull":
+        return _pull(config, args)
+    if args.command == "list":
+        return _list(config, load_catalog())
+    if args.command == "rm":
+        return _rm(config, args.pair)
+    return _check(config, args)
+
+
+def parse_hub_file(text: str) -> ModelRef:
+    """OWNER/REPO/FILE.gguf (the file may sit in a folder of the repository)."""
+    parts = text.split("/")
+    if len(parts) < 3 or not text.endswith(".gguf") or any(not p for p in parts):
+        raise CatalogError(f"{text!r} is neither a pair id nor OWNER/REPO/FILE.gguf. Run `localspec list` for the pair ids.")
+    return ModelRef(repo="/".join(parts[:2]), file="/".join(parts[2:]))
+
+
+def _model_ref(text: str) -> ModelRef:
+    path = Path(text).expanduser()
+    return ModelRef(path=path) if path.exists() or text.startswith((".", "/", "~")) else parse_hub_file(text)
+
+
+def _pull(config: HubConfig, args: argparse.Namespace) -> int:
+    downloader = Downloader(config, on_progress=ProgressBar())
+    if "/" in args.name:
+        ref = parse_hub_file(args.name)
+        split_parts(ref.file or "")  # refuses a later part of a split set with a clear message
+        paths = downloader.pull(requests_for(ref))
+        print(paths[0])
+        return 0
+    pair = load_catalog().get(args.name)
+    if not args.skip_check and not all(model_state(config, r).complete for r in (pair.target, pair.draft)):
+        result = check_pair_headers(config, pair.target, pair.draft)
+        _print_check(result)
+        if not result.compatible:
+            return 1
+    target, draft = pull_pair(downloader, pair)
+    print(f"{pair.id} is ready:\n  target {target}\n  draft  {draft}")
+    return 0
+
+
+def _list(config: HubConfig, catalog: Catalog) -> int:
+    print(f"{'':2}{'pair':<30} {'downloaded':<12} {'on disk':>9} {'needs':>9}  tags")
+    for pair in catalog.pairs.values():
+        states = [model_state(config, ref) for ref in (pair.target, pair.draft)]
+        status = "yes" if all(s.complete for s in states) else "target only" if states[0].complete else "draft only" if states[1].complete else "no"
+        on_disk = sum(s.bytes_on_disk for s in states)
+        needs = f"{pair.memory_gib:.1f} GiB" if pair.memory_gib else "?"
+        marker = "* " if pair.id == catalog.default_id else "  "
+        print(f"{marker}{pair.id:<30} {status:<12} {format_bytes(on_disk) if on_disk else '-':>9} {needs:>9}  {', '.join(pair.tags)}")
+        if status == "yes" and states[0].first_file is not None:
+            print(f"{'':4}{states[0].first_file.parent}")
+    print(f"\n* the default pair. Hub files live in {config.cache_dir}.")
+    print(f"Add or override pairs in {user_catalog_path()}.")
+    return 0
+
+
+def _rm(config: HubConfig, pair_id: str) -> int:
+    catalog = load_catalog()
+    removal = remove_pair(config, catalog, catalog.get(pair_id))
+    for label, size in removal.freed:
+        print(f"removed {label} ({format_bytes(size)})")
+    for label, user in removal.kept:
+        print(f"kept    {label}: pair {user!r} uses it too")
+    if not removal.freed and not removal.kept:
+        print(f"{pair_id}: nothing downloaded to remove.")
+    return 0
+
+
+def _check(config: HubConfig, args: argparse.Namespace) -> int:
+    if args.pair and (args.target or args.draft):
+        raise CatalogError("Give a pair id, or --target and --draft, not both.")
+    if args.pair:
+        pair: Pair = load_catalog().get(args.pair)
+        target, draft = pair.target, pair.draft
+    elif args.target and args.draft:
+        target, draft = _model_ref(args.target), _model_ref(args.draft)
+    else:
+        raise CatalogError("Give a pair id (`localspec check PAIR`), or both --target and --draft.")
+    result = check_pair_headers(config, target, draft)
+    _print_check(result)
+    return 0 if result.compatible else 1
+
+
+def _print_check(result: PairCheck) -> None:
+    for role, report in (("target", result.target), ("draft", result.draft)):
+        print(f"{role:<7}{report.label}")
+        print(f"{'':7}{report.summary.describe()}")
+        print(f"{'':7}{_read_note(report)}")
+    total_read = result.target.bytes_read + result.draft.bytes_read
+    total_size = (result.target.file_size or 0) + (result.draft.file_size or 0)
+    share = f" of {format_bytes(total_size)} ({100 * total_read / total_size:.2f}%)" if total_size else ""
+    print(f"read {format_bytes(total_read)}{share} in {result.seconds:.2f} s")
+    if result.compatible:
+        t = result.target.summary
+        print(f"compatible: the draft shares the target's {t.vocab_type} vocabulary "
+              f"({result.draft.summary.n_vocab} and {t.n_vocab} tokens, identical text from id 5).")
+    else:
+        print(f"incompatible: {result.problem}", file=sys.stderr)
+
+
+def _read_note(report: HeaderReport) -> str:
+    where = "header read over HTTP" if report.remote else "header read from disk"
+    size = f" of {format_bytes(report.file_size)}" if report.file_size else ""
+    return f"{where}: {format_bytes(report.bytes_read)}{size}"

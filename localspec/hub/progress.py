@@ -1,0 +1,72 @@
+"""Download progress as values: the command line draws them as a bar, the app posts them as messages."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+
+class Phase(str, Enum):
+    CHECKING = "checking"  # asking the hub, or hashing the bytes a previous run left
+    DOWNLOADING = "downloading"
+    RETRYING = "retrying"  # the connection dropped; waiting to resume
+    DONE = "done"  # this file is complete and verified (or was already cached)
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    label: str  # repo/file
+    phase: Phase
+    file_index: int  # 1-based, of file_count
+    file_count: int
+    file_done: int
+    file_total: int | None
+    total_done: int
+    total_total: int | None
+    bytes_per_second: float
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Time left for all files at the current speed; None until both are known."""
+        if self.total_total is None or self.bytes_per_second <= 0:
+            return None
+        return max(0.0, (self.total_total - self.total_done) / self.bytes_per_second)
+
+
+ProgressCallback = Callable[[DownloadProgress], None]
+
+
+class RateMeter:
+    """Bytes per second over the last few seconds: steady enough to read, quick to follow a change."""
+
+    def __init__(self, window_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window = window_s
+        self._clock = clock
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, total_bytes: int) -> float:
+        now = self._clock()
+        self._samples.append((now, total_bytes))
+        while len(self._samples) > 2 and now - self._samples[0][0] > self._window:
+            self._samples.popleft()
+        (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
+        return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"

@@ -1,0 +1,172 @@
+"""A catalog pair's files: where they are, whether they are complete, getting and removing them.
+
+The pair check runs before any download: both GGUF headers are read (a few
+megabytes, by range request, or from disk when a file is already here) and the
+engine's own vocabulary rules decide, so an incompatible pair costs seconds, not
+gigabytes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.catalog import Catalog, CatalogError, ModelRef, Pair
+from localspec.engine.errors import PairMismatchError
+from localspec.engine.pair_check import check_pair
+from localspec.gguf_header import GGUFHeader, read_local_header
+from localspec.hub import cache
+from localspec.hub.config import HubConfig
+from localspec.hub.download import Downloader, FileRequest
+from localspec.hub.remote import read_remote_header, remote_file
+from localspec.model_report import ModelSummary
+
+
+@dataclass(frozen=True)
+class ModelState:
+    ref: ModelRef
+    present: list[Path]  # the files on disk, in part order
+    missing: list[str]  # the files (or the local path) not on disk
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return sum(cache.size_on_disk(p) for p in self.present)
+
+    @property
+    def first_file(self) -> Path | None:
+        return self.present[0] if self.complete and self.present else None
+
+
+def model_state(config: HubConfig, ref: ModelRef) -> ModelState:
+    if ref.path is not None:
+        return ModelState(ref, [ref.path], []) if ref.path.is_file() else ModelState(ref, [], [str(ref.path)])
+    assert ref.repo is not None
+    present, missing = [], []
+    for file in ref.files:
+        path = cache.cached_path(config, ref.repo, file)
+        (present if path is not None else missing).append(path if path is not None else file)
+    return ModelState(ref, present, missing)
+
+
+def local_pair_paths(config: HubConfig, pair: Pair) -> tuple[Path, Path]:
+    """The target's and the draft's first files, or an error that says how to get them."""
+    found = []
+    for role, ref in (("target", pair.target), ("draft", pair.draft)):
+        state = model_state(config, ref)
+        if state.first_file is None:
+            if ref.is_local:
+                raise CatalogError(f"The {role} of pair {pair.id!r} is not at {ref.path}. Fix the path in {pair.source}.")
+            raise CatalogError(f"Pair {pair.id!r} is not downloaded yet ({role} {ref.label} is missing). Run `localspec pull {pair.id}`.")
+        found.append(state.first_file)
+    return found[0], found[1]
+
+
+def requests_for(ref: ModelRef) -> list[FileRequest]:
+    assert ref.repo is not None
+    return [FileRequest(ref.repo, file) for file in ref.files]
+
+
+def pull_pair(downloader: Downloader, pair: Pair) -> tuple[Path, Path]:
+    """Download what is missing of the pair (hub files only; local paths must already exist)."""
+    requests: list[FileRequest] = []
+    for ref in (pair.target, pair.draft):
+        if ref.is_local:
+            if not model_state(downloader.config, ref).complete:
+                raise CatalogError(f"Pair {pair.id!r} names a local file that does not exist: {ref.path}. Fix the path in {pair.source}.")
+        else:
+            requests += requests_for(ref)
+    downloader.pull(requests)
+    return local_pair_paths(downloader.config, pair)
+
+
+@dataclass(frozen=True)
+class HeaderReport:
+    """One model's header and what reading it cost."""
+
+    label: str
+    summary: ModelSummary
+    header: GGUFHeader
+    bytes_read: int
+    file_size: int | None
+    remote: bool
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    target: HeaderReport
+    draft: HeaderReport
+    problem: str | None  # None: the pair passes llama.cpp's vocabulary rules
+    seconds: float
+
+    @property
+    def compatible(self) -> bool:
+        return self.problem is None
+
+
+def read_model_header(config: HubConfig, ref: ModelRef) -> HeaderReport:
+    """From disk when the files are here, else the first bytes over HTTP; a split set's later parts add their tensors."""
+    state = model_state(config, ref)
+    if state.complete:
+        headers = [read_local_header(p) for p in state.present]
+        size = sum(p.stat().st_size for p in state.present)
+        remote = False
+    else:
+        if ref.is_local:
+            raise CatalogError(f"Local model file not found: {ref.path}. Fix the path, or download it first.")
+        assert ref.repo is not None
+        headers, size = [], 0
+        for file in ref.files:
+            info = remote_file(config, ref.repo, file)
+            header, _ = read_remote_header(config, info)
+            headers.append(header)
+            size += info.size or 0
+        remote = True
+    summary = ModelSummary.from_headers(headers[0], headers[1:])
+    return HeaderReport(ref.label, summary, headers[0], sum(h.bytes_read for h in headers), size or None, remote)
+
+
+def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef) -> PairCheck:
+    start = time.perf_counter()
+    target_report = read_model_header(config, target)
+    draft_report = read_model_header(config, draft)
+    try:
+        check_pair(target_report.header, draft_report.header)
+        problem = None
+    except PairMismatchError as exc:
+        problem = str(exc)
+    return PairCheck(target_report, draft_report, problem, time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class Removal:
+    freed: list[tuple[str, int]]  # label, bytes
+    kept: list[tuple[str, str]]  # label, the other pair that still uses it
+
+
+def remove_pair(config: HubConfig, catalog: Catalog, pair: Pair) -> Removal:
+    """Delete the pair's downloaded files, keeping any that another downloaded pair still uses."""
+    freed: list[tuple[str, int]] = []
+    kept: list[tuple[str, str]] = []
+    for ref in (pair.target, pair.draft):
+        if ref.is_local:
+            continue  # the user's own file: never ours to delete
+        user = next((other.id for other in catalog.pairs.values() if other.id != pair.id and _uses(other, ref)
+                     and all(model_state(config, r).complete for r in (other.target, other.draft))), None)
+        if user is not None:
+            kept.append((ref.label, user))
+            continue
+        assert ref.repo is not None
+        for file in ref.files:
+            size = cache.remove(config, ref.repo, file)
+            if size:
+                freed.append((f"{ref.repo}/{file}", size))
+    return Removal(freed, kept)
+
+
+def _uses(pair: Pair, ref: ModelRef) -> bool:
+    return any(r.repo == ref.repo and r.file == ref.file for r in (pair.target, pair.draft))

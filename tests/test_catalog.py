@@ -1,0 +1,160 @@
+"""models.toml: the shipped catalog is complete and coherent; every kind of mistake is located and explained."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from localspec.catalog import TAGS, CatalogError, load_catalog, parse_catalog, split_parts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A pair's target and draft must come from one family, or their tokenizers differ.
+FAMILIES = ("qwen2.5-coder", "qwen2.5", "qwen3", "llama-3", "gemma-3", "deepseek-r1-distill-qwen")
+
+
+def family(file: str) -> str:
+    name = file.lower().removeprefix("meta-")
+    return next(f for f in FAMILIES if name.startswith(f))
+
+
+def test_shipped_catalog_is_complete_and_each_pair_is_one_family():
+    catalog = load_catalog(user_file=ROOT / "no-such-file.toml")
+    assert len(catalog.pairs) >= 10
+    assert catalog.default.id == "qwen2.5-coder-1.5b"
+    assert catalog.default.target.file == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    assert catalog.default.draft.file == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    for pair in catalog.pairs.values():
+        assert pair.title and pair.description and pair.notes and pair.tags, pair.id
+        assert set(pair.tags) <= set(TAGS)
+        assert pair.draft_max and pair.draft_p_min is not None and pair.memory_gib, pair.id
+        for ref in (pair.target, pair.draft):
+            assert ref.repo and ref.file and ref.size and ref.quantization and ref.license, (pair.id, ref)
+            assert ref.quantization.lower().replace("_", "") in ref.file.lower().replace("_", ""), ref.file
+        assert family(pair.target.file) == family(pair.draft.file), pair.id
+        assert pair.target.size > pair.draft.size, pair.id  # type: ignore[operator]
+        # the RAM estimate covers at least both files
+        assert pair.memory_gib * 2**30 >= pair.target.size + pair.draft.size, pair.id  # type: ignore[operator]
+    # the catalog's families and sizes, as the issue lists them
+    ids = set(catalog.pairs)
+    assert {"qwen2.5-coder-7b", "qwen2.5-coder-14b", "qwen2.5-coder-32b", "qwen3-8b", "qwen3-14b", "qwen3-32b",
+            "llama3.1-8b", "llama3.3-70b", "gemma3-12b", "deepseek-r1-distill-qwen-7b", "deepseek-r1-distill-qwen-14b"} <= ids
+
+
+def test_the_default_pair_is_the_real_pair_the_tests_use():
+    from tests import real_pair
+
+    default = load_catalog(user_file=ROOT / "no-such-file.toml").default
+    assert (default.target.size, default.target.sha256) == (real_pair.TARGET.size, real_pair.TARGET.sha256)
+    assert (default.draft.size, default.draft.sha256) == (real_pair.DRAFT.size, real_pair.DRAFT.sha256)
+
+
+def test_the_package_ships_the_top_level_file():
+    assert resources.files("localspec").joinpath("models.toml").read_text("utf-8") == (ROOT / "models.toml").read_text("utf-8")
+
+
+def test_split_sets_expand_to_every_part():
+    assert split_parts("q-00001-of-00003.gguf") == ["q-00001-of-00003.gguf", "q-00002-of-00003.gguf", "q-00003-of-00003.gguf"]
+    assert split_parts("sub/q-00001-of-00002.gguf") == ["sub/q-00001-of-00002.gguf", "sub/q-00002-of-00002.gguf"]
+    assert split_parts("model.gguf") == ["model.gguf"]
+
+
+PAIR = '''default = "a"
+
+[[pair]]
+id = "a"
+title = "A"
+{extra_pair}
+[pair.target]
+repo = "org/target-GGUF"
+file = "target.gguf"
+{extra_target}
+[pair.draft]
+repo = "org/draft-GGUF"
+file = "draft.gguf"
+'''
+
+
+def catalog_text(extra_pair: str = "", extra_target: str = "") -> str:
+    return PAIR.format(extra_pair=extra_pair, extra_target=extra_target)
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+# (what the file says, the line to blame (a substring of it), what the message must say)
+MISTAKES = [
+    (catalog_text(extra_pair='draft_maxx = 4'), "draft_maxx", r"pair 'a', field draft_maxx: unknown field 'draft_maxx'; expected one of id, title"),
+    (catalog_text(extra_pair='draft_max = 0'), "draft_max", r"field draft_max: draft_max = 0; expected an integer from 1 to 32"),
+    (catalog_text(extra_pair='draft_p_min = 1.5'), "draft_p_min", r"field draft_p_min: draft_p_min = 1.5; expected a number from 0 to 1"),
+    (catalog_text(extra_pair='memory_gib = -2'), "memory_gib", r"field memory_gib: memory_gib = -2; expected a positive number"),
+    (catalog_text(extra_pair='tags = ["code", "vision"]'), "tags", r"field tags: .*; expected a list drawn from code, chat, reasoning, multilingual"),
+    (catalog_text(extra_pair='title = 3').replace('title = "A"\n', ''), "title = 3", r"field title: title = 3 is not text"),
+    (catalog_text(extra_target='size = "big"'), "size", r"field target.size: size = 'big'; expected the file size in bytes"),
+    (catalog_text(extra_target='sha256 = "abc"'), "sha256", r"field target.sha256: sha256 = 'abc'; expected the file's sha256 as 64 lowercase hex digits"),
+    (catalog_text(extra_target='quant = "Q4"'), "quant =", r"field target.quant: unknown field 'quant'; expected one of repo, file, path"),
+    (catalog_text(extra_target='path = "/x.gguf"'), "[pair.target]", r"field target: neither or both of a hub file and a local path; expected either repo and file, or path"),
+    (catalog_text().replace('file = "target.gguf"', 'file = "../../../.ssh/id_rsa.gguf"'), "id_rsa", r"field target.file: file = '../../../.ssh/id_rsa.gguf' would escape the download cache"),
+    (catalog_text().replace('file = "target.gguf"', 'file = "/etc/target.gguf"'), "/etc/", r"field target.file: .* would escape the download cache; expected a relative name"),
+    (catalog_text().replace('file = "target.gguf"', 'file = "C:\\\\models\\\\t.gguf"'), "C:", r"field target.file: .* would escape the download cache"),
+    (catalog_text().replace('file = "target.gguf"', 'file = "target.bin"'), "target.bin", r"field target.file: file = 'target.bin' is not a .gguf file"),
+    (catalog_text().replace('file = "target.gguf"', 'file = "t-00002-of-00003.gguf"'), "00002", r"field target.file: .*not the first part of its split set"),
+    (catalog_text().replace('repo = "org/target-GGUF"', 'repo = "no-owner"'), "no-owner", r"field target.repo: repo = 'no-owner' is not a repository id; expected a Hugging Face repository id"),
+    (catalog_text().replace('file = "target.gguf"\n', ''), "[pair.target]", r"field target: missing field 'file'"),
+    (catalog_text().replace('id = "a"', 'id = "Bad Id!"'), "Bad Id", r"pair 'Bad Id!', field id: id 'Bad Id!' is not usable; expected a short name"),
+    (catalog_text().replace('title = "A"\n', ''), "[[pair]]", r"pair 'a': missing field 'title'; expected a one-line title"),
+    (catalog_text().replace('default = "a"', 'default = "b"'), "default", r"field default: default = 'b' names no pair in this file; expected one of a"),
+    (catalog_text().replace('default = "a"', 'colour = "blue"\ndefault = "a"'), "colour", r"field colour: unknown top-level field 'colour'"),
+    (catalog_text() + catalog_text().replace('default = "a"', '').replace('id = "a"', 'id = "a"  # again'), "# again",
+     r"pair 'a', field id: the id 'a' is used twice in this file; expected each pair id once"),
+    (catalog_text().replace('[pair.draft]\nrepo = "org/draft-GGUF"\nfile = "draft.gguf"\n', ''), "[[pair]]", r"pair 'a': missing field 'draft'"),
+]
+
+
+@pytest.mark.parametrize("text,blame,message", MISTAKES, ids=[m[2][:48] for m in MISTAKES])
+def test_every_mistake_names_file_line_pair_field_and_what_is_expected(text, blame, message):
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog(text, "/home/u/.config/localspec/models.toml")
+    error = str(caught.value)
+    line = line_of(text, blame) if blame != "[[pair]]" or text.count("[[pair]]") == 1 else None
+    assert error.startswith(f"/home/u/.config/localspec/models.toml, line {line}"), error
+    assert re.search(message, error), error
+    assert "expected" in error
+
+
+def test_syntax_errors_keep_tomllib_position():
+    with pytest.raises(CatalogError, match=r"models.toml: not valid TOML: .*line 3"):
+        parse_catalog('default = "a"\n[[pair]]\nid = "a\n', "models.toml")
+
+
+def test_user_pairs_add_to_and_override_the_shipped_ones(tmp_path):
+    user = tmp_path / "models.toml"
+    user.write_text(
+        'default = "mine"\n'
+        '[[pair]]\nid = "mine"\ntitle = "Mine"\n'
+        '[pair.target]\npath = "models/t.gguf"\n'
+        '[pair.draft]\npath = "~/d.gguf"\n'
+        '[[pair]]\nid = "qwen2.5-coder-7b"\ntitle = "My 7B"\n'
+        '[pair.target]\nrepo = "me/Qwen-7B-GGUF"\nfile = "q.gguf"\n'
+        '[pair.draft]\nrepo = "me/Qwen-0.5B-GGUF"\nfile = "d.gguf"\n'
+    )
+    catalog = load_catalog(user)
+    assert catalog.default.id == "mine"
+    assert catalog.get("mine").target.path == tmp_path / "models" / "t.gguf"  # relative to the user's file
+    assert catalog.get("mine").draft.path == Path.home() / "d.gguf"
+    assert catalog.get("qwen2.5-coder-7b").title == "My 7B"
+    assert catalog.get("qwen2.5-coder-7b").source == str(user)
+    assert "qwen3-8b" in catalog.pairs  # the rest of the shipped catalog is still there
+    with pytest.raises(CatalogError, match=r"No pair named 'nope'\. Known pairs: .*mine"):
+        catalog.get("nope")
+
+
+def test_a_user_default_must_name_a_known_pair(tmp_path):
+    user = tmp_path / "models.toml"
+    user.write_text('default = "ghost"\n')
+    with pytest.raises(CatalogError, match=r"default = 'ghost' names no pair; expected one of"):
+        load_catalog(user)
