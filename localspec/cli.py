@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Sequence
 
 from localspec import __version__
 from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
-from localspec.cli_models import add_model_commands, run_model_command
 from localspec.engine import defaults
 from localspec.errors import LocalspecError
 
@@ -52,6 +51,22 @@ def _add_draft_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft-p-min", type=float, help=f"stop drafting below this draft confidence (default: the pair's, else {defaults.DRAFT_P_MIN})")
 
 
+def _add_model_commands(commands: argparse._SubParsersAction) -> None:
+    pull = commands.add_parser("pull", help="download a pair (checked from its headers first) or one hub file")
+    pull.add_argument("name", metavar="PAIR|REPO/FILE", help="a pair id from `localspec list`, or OWNER/REPO/FILE.gguf")
+    pull.add_argument("--skip-check", action="store_true", help="download without the header-only pair check")
+
+    commands.add_parser("list", help="the catalog's pairs: downloaded or not, size on disk, where")
+
+    rm = commands.add_parser("rm", help="delete a pair's downloaded files (files another downloaded pair uses are kept)")
+    rm.add_argument("pair", metavar="PAIR")
+
+    check = commands.add_parser("check", help="can this draft serve this target? read from the GGUF headers only")
+    check.add_argument("pair", metavar="PAIR", nargs="?", help="a pair id (default: give --target and --draft)")
+    check.add_argument("--target", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
+    check.add_argument("--draft", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="localspec", description="Local speculative decoding with GGUF target/draft pairs.")
     parser.add_argument("--version", action="version", version=f"localspec {__version__}")
@@ -84,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--llama-cpp-bin", type=Path, help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
 
-    add_model_commands(commands)
+    _add_model_commands(commands)
     return parser
 
 
@@ -103,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             resolve_models(args)
             return run_bench(args)
+        from localspec.cli_models import run_model_command
+
         return run_model_command(args)
     except LocalspecError as exc:
         print(f"localspec: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The model commands: `pull`, `list`, `rm` and `check`.
+"""The model commands' work: `pull`, `list`, `rm` and `check` (their arguments are defined in cli.py).
 
 They share one shape: resolve what the user named (a catalog pair, a hub
 REPO/FILE, or local paths), act through `pair_files` and the hub package, and
@@ -13,26 +13,10 @@ from pathlib import Path
 
 from localspec.catalog import Catalog, CatalogError, ModelRef, Pair, load_catalog, split_parts, user_catalog_path
 from localspec.hub.config import HubConfig
-from localspec.hub.download import Downloader, FileRequest
+from localspec.hub.download import Downloader
 from localspec.hub.progress import format_bytes
 from localspec.pair_files import HeaderReport, PairCheck, check_pair_headers, model_state, pull_pair, remove_pair, requests_for
 from localspec.progress_bar import ProgressBar
-
-
-def add_model_commands(commands: argparse._SubParsersAction) -> None:
-    pull = commands.add_parser("pull", help="download a pair (checked from its headers first) or one hub file")
-    pull.add_argument("name", metavar="PAIR|REPO/FILE", help="a pair id from `localspec list`, or OWNER/REPO/FILE.gguf")
-    pull.add_argument("--skip-check", action="store_true", help="download without the header-only pair check")
-
-    commands.add_parser("list", help="the catalog's pairs: downloaded or not, size on disk, where")
-
-    rm = commands.add_parser("rm", help="delete a pair's downloaded files (files another downloaded pair uses are kept)")
-    rm.add_argument("pair", metavar="PAIR")
-
-    check = commands.add_parser("check", help="can this draft serve this target? read from the GGUF headers only")
-    check.add_argument("pair", metavar="PAIR", nargs="?", help="a pair id (default: give --target and --draft)")
-    check.add_argument("--target", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
-    check.add_argument("--draft", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
 
 
 def run_model_command(args: argparse.Namespace) -> int:
