@@ -1,0 +1,94 @@
+"""The user's settings: what the app's settings screen edits, saved as JSON in the config directory.
+
+A settings file that cannot be read is never overwritten: it is moved aside
+(`settings.json.bad`), the defaults are used, and the caller is told, so what
+the user saved is not lost.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from localspec import paths
+from localspec.engine import defaults
+from localspec.errors import LocalspecError
+
+DRAFTERS = ("model", "none")  # what the engine offers today; the adaptive controller adds more
+
+
+class SettingsError(LocalspecError):
+    """A setting with a value the engine cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    drafter: str = "model"
+    draft_max: int = defaults.DRAFT_MAX
+    draft_p_min: float = defaults.DRAFT_P_MIN
+    temperature: float = defaults.TEMPERATURE
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    min_p: float = defaults.MIN_P
+    seed: int | None = None
+    max_tokens: int = 2048
+    n_ctx: int = 4096
+    target_gpu_layers: int | None = None  # None: all when offload works
+    draft_gpu_layers: int | None = None
+    threads: int | None = None  # None: physical cores
+    last_pair: str | None = None
+    tint_accepted: bool = True
+
+    def validate(self) -> Settings:
+        checks = [
+            (self.drafter in DRAFTERS, f"drafter must be one of {', '.join(DRAFTERS)}"),
+            (0 <= self.draft_max <= 32, "draft-max must be 0 to 32"),
+            (0.0 <= self.draft_p_min <= 1.0, "draft p-min must be 0 to 1"),
+            (self.temperature >= 0.0, "temperature must be 0 or more"),
+            (self.top_k >= 0, "top-k must be 0 (off) or more"),
+            (0.0 < self.top_p <= 1.0, "top-p must be above 0 and at most 1"),
+            (0.0 <= self.min_p < 1.0, "min-p must be 0 to below 1"),
+            (self.max_tokens >= 1, "max tokens must be 1 or more"),
+            (self.n_ctx >= 256, "context size must be 256 or more"),
+            (self.threads is None or self.threads >= 1, "threads must be 1 or more"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(f"Invalid setting: {message}.")
+        return self
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes).validate()
+
+    def generation_dict(self) -> dict[str, Any]:
+        """What an answer was generated with, stored beside it."""
+        return {k: v for k, v in asdict(self).items() if k not in ("last_pair", "tint_accepted")}
+
+
+def settings_path() -> Path:
+    return paths.config_dir() / "settings.json"
+
+
+def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
+    """The saved settings, or the defaults and a note saying why the file was set aside."""
+    path = path or settings_path()
+    if not path.exists():
+        return Settings(), None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        known = {f.name for f in fields(Settings)}
+        return Settings(**{k: v for k, v in data.items() if k in known}).validate(), None
+    except (OSError, ValueError, TypeError, SettingsError) as exc:
+        aside = path.with_suffix(".json.bad")
+        path.replace(aside)
+        return Settings(), f"{path} could not be used ({exc}); it was moved to {aside} and the defaults apply."
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
+    temporary.replace(path)  # atomic: a crash mid-write never leaves half a file
