@@ -107,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
+        from localspec.tui.app import LocalspecApp
+
+        LocalspecApp().run()
         return 0
     try:
         if args.command == "generate":

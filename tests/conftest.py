@@ -25,6 +25,10 @@ TINY_SPECS = {
     "near": TinySpec(seed=3, base_seed=1, noise=0.1),  # agrees with the target often, not always
     "other_vocab": TinySpec(seed=4, vocab="other"),
     "no_template": TinySpec(seed=1, chat_template=False),
+    # Greedy from "tell me everything", this target never reaches EOS (found by trying seeds; greedy is
+    # deterministic): an answer long enough to be stopped mid-way.
+    "talkative": TinySpec(seed=8),
+    "talkative_draft": TinySpec(seed=30, base_seed=8, noise=0.1),
 }
 
 

@@ -51,6 +51,7 @@ class Decoder:
     def __init__(self, target: Model, drafter: Drafter | None = None) -> None:
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
+        self.live_stats = GenerationStats()
 
     def generate(
         self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None
@@ -66,6 +67,7 @@ class Decoder:
         config.sampling.validate()
         rng, seed = make_rng(config.sampling.seed)
         stats = GenerationStats(drafter=self.drafter.name, draft_max=config.draft_max, seed=None if config.sampling.greedy else seed)
+        self.live_stats = stats  # observers (the app's panel) read it between events, on the generating thread
         text = TextAssembler(config.stop)
         target, drafter = self.target, self.drafter
 

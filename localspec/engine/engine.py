@@ -7,11 +7,14 @@ two can be interleaved and compared on one set of weights.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from localspec.engine.decode import Decoder
 from localspec.engine.drafter import ModelDrafter
+from localspec.engine.errors import LoadCancelled
 from localspec.engine.model import DEFAULT_N_CTX, Model, ModelConfig
 from localspec.engine.pair_check import check_pair
 
@@ -27,19 +30,31 @@ class EngineConfig:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, on_stage: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> None:
+        """Load the target, then the draft, then check the pair; `on_stage` hears each step, `cancel` is checked between them."""
         self.config = config
+        report = on_stage or (lambda _stage: None)
+        report("loading the target")
         self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads), role="target")
         self.draft: Model | None = None
         try:
             if config.draft is not None:
+                self._check_cancel(cancel)
+                report("loading the draft")
                 self.draft = Model(config.draft, ModelConfig(config.draft_gpu_layers, config.n_ctx, n_threads=config.n_threads), role="draft")
+                self._check_cancel(cancel)
+                report("checking the pair")
                 check_pair(self.target, self.draft)
         except BaseException:
             self.close()
             raise
         self.plain = Decoder(self.target)
         self.speculative = Decoder(self.target, ModelDrafter(self.draft)) if self.draft is not None else self.plain
+
+    @staticmethod
+    def _check_cancel(cancel: threading.Event | None) -> None:
+        if cancel is not None and cancel.is_set():
+            raise LoadCancelled("Loading the pair was cancelled.")
 
     def close(self) -> None:
         for model in (self.target, self.draft):

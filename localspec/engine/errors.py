@@ -27,3 +27,7 @@ class ChatTemplateError(EngineError):
 
 class PromptTooLongError(EngineError):
     """The prompt leaves no room in the context for an answer."""
+
+
+class LoadCancelled(EngineError):
+    """The user stopped loading a pair; whatever was loaded has been released."""

@@ -1,0 +1,157 @@
+"""A chat over a loaded pair, without any UI: load and time the pair, stream an answer, keep it safe.
+
+The app's workers call these functions on a thread and forward what they report
+as messages; the functions themselves know nothing of textual. Each answer is
+written to the history while it streams, so a crash keeps what was said.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from localspec.catalog import Pair
+from localspec.device import OffloadedLayers, backend_name, offloaded_layers
+from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.events import Finished, StopReason
+from localspec.engine.sampling import SamplingParams
+from localspec.history import History
+from localspec.live_stats import LiveStats, StatsSnapshot
+from localspec.settings import Settings
+
+UPDATE_INTERVAL_S = 0.1  # the panel and the text redraw at most ten times a second
+SAVE_INTERVAL_S = 1.0  # a killed app loses at most this much of an answer
+CALIBRATION_TOKENS = 8
+
+
+@dataclass
+class LoadedPair:
+    pair: Pair
+    engine: Engine
+    plain_ms_per_token: float
+    backend: str
+    layers: list[OffloadedLayers]
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
+              on_stage: Callable[[str], None], cancel: threading.Event) -> LoadedPair:
+    """Load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
+    config = EngineConfig(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers, settings.threads)
+    engine = Engine(config, on_stage, cancel)
+    try:
+        on_stage("timing plain decoding")
+        prompt = engine.target.tokenize("Hello", add_special=True)
+        finished = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS)))
+        stats = finished.stats
+        plain_ms = stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
+        layers = [offloaded_layers("target", engine.target.config.resolved_gpu_layers(), engine.target.n_layer)]
+        if engine.draft is not None:
+            layers.append(offloaded_layers("draft", engine.draft.config.resolved_gpu_layers(), engine.draft.n_layer))
+        return LoadedPair(pair, engine, plain_ms, backend_name(), layers)
+    except BaseException:
+        engine.close()
+        raise
+
+
+def _last(events) -> Finished:  # type: ignore[no-untyped-def]
+    finished = None
+    for event in events:
+        finished = event
+    assert isinstance(finished, Finished)
+    return finished
+
+
+@dataclass(frozen=True)
+class AnswerUpdate:
+    """What arrived since the last update: text pieces with their source, and the panel's numbers."""
+
+    pieces: list[tuple[str, str]]  # (source, text)
+    snapshot: StatsSnapshot
+
+
+@dataclass
+class AnswerResult:
+    text: str
+    provenance: list[tuple[str, int]]
+    finished: Finished
+    snapshot: StatsSnapshot
+
+
+@dataclass
+class _Transcript:
+    """The answer so far, as text and as runs of (source, characters) for the tint."""
+
+    parts: list[str] = field(default_factory=list)
+    runs: list[tuple[str, int]] = field(default_factory=list)
+
+    def add(self, source: str, text: str) -> None:
+        self.parts.append(text)
+        if self.runs and self.runs[-1][0] == source:
+            self.runs[-1] = (source, self.runs[-1][1] + len(text))
+        else:
+            self.runs.append((source, len(text)))
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def generation_config(settings: Settings, drafting: bool) -> GenerationConfig:
+    sampling = SamplingParams(settings.temperature, settings.top_k, settings.top_p, settings.min_p, settings.seed)
+    return GenerationConfig(max_tokens=settings.max_tokens, sampling=sampling,
+                            draft_max=settings.draft_max if drafting else 0, draft_p_min=settings.draft_p_min)
+
+
+def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Settings, history: History, message_id: int,
+                  cancel: threading.Event, on_update: Callable[[AnswerUpdate], None],
+                  conversation_counts: tuple[int, int] = (0, 0)) -> AnswerResult:
+    """Generate the assistant's reply to `messages`, reporting and saving as it goes."""
+    engine = loaded.engine
+    drafting = settings.drafter != "none" and settings.draft_max > 0 and engine.draft is not None
+    decoder: Decoder = engine.speculative if drafting else engine.plain
+    prompt = chat_prompt_tokens(engine.target, messages)
+    live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
+    transcript = _Transcript()
+    pending: list[tuple[str, str]] = []
+    last_update = last_save = time.perf_counter()
+    finished: Finished | None = None
+    try:
+        for event in decoder.generate(prompt, generation_config(settings, drafting), cancel):
+            if isinstance(event, Finished):
+                finished = event
+                break
+            live.observe(event, decoder.live_stats)
+            if event.text:
+                transcript.add(event.source.value, event.text)
+                pending.append((event.source.value, event.text))
+            now = time.perf_counter()
+            if now - last_update >= UPDATE_INTERVAL_S:
+                on_update(AnswerUpdate(pending, live.snapshot(decoder.live_stats, engine.target.n_past)))
+                pending, last_update = [], now
+            if now - last_save >= SAVE_INTERVAL_S:
+                history.save_partial(message_id, transcript.text, transcript.runs)
+                last_save = now
+    except BaseException:
+        history.finish_answer(message_id, transcript.text, "error", decoder.live_stats.to_dict(), transcript.runs)
+        raise
+    assert finished is not None
+    snapshot = live.snapshot(finished.stats, engine.target.n_past)
+    if pending:
+        on_update(AnswerUpdate(pending, snapshot))
+    status = "stopped" if finished.reason is StopReason.CANCELLED else "complete"
+    history.finish_answer(message_id, transcript.text, status, finished.stats.to_dict(), transcript.runs)
+    return AnswerResult(transcript.text, transcript.runs, finished, snapshot)
+
+
+def conversation_counts(stats_dicts: list[dict]) -> tuple[int, int]:  # type: ignore[type-arg]
+    """Drafted and accepted tokens over a conversation's stored answers."""
+    return (sum(int(s.get("draft_n", 0)) for s in stats_dicts), sum(int(s.get("draft_n_accepted", 0)) for s in stats_dicts))
+

@@ -1,0 +1,105 @@
+"""Small modal dialogs: confirm, edit a line or a text, and the help screen."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Markdown, TextArea
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel"), Binding("y", "dismiss(True)", "Yes", show=False)]
+
+    def __init__(self, question: str, yes: str = "Yes") -> None:
+        super().__init__()
+        self.question, self.yes = question, yes
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question)
+            with Horizontal(classes="buttons"):
+                yield Button(self.yes, variant="error", id="yes")
+                yield Button("Cancel", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class TextDialog(ModalScreen["str | None"]):
+    """One line (a title) or a multi-line text (a system prompt); Escape keeps the old value."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "save", "Save")]
+
+    def __init__(self, title: str, value: str, multiline: bool = False) -> None:
+        super().__init__()
+        self.title_text, self.value, self.multiline = title, value, multiline
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text)
+            if self.multiline:
+                yield TextArea(self.value, id="value", classes="dialog-text")
+            else:
+                yield Input(self.value, id="value")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="save")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#value").focus()
+
+    def on_input_submitted(self) -> None:
+        self.action_save()
+
+    def action_save(self) -> None:
+        widget = self.query_one("#value")
+        self.dismiss(widget.text if isinstance(widget, TextArea) else widget.value)  # type: ignore[union-attr]
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "save":
+            self.action_save()
+        else:
+            self.dismiss(None)
+
+
+HELP = """\
+# localspec
+
+Chat with a local model pair: a small **draft** model proposes tokens, the large **target**
+model checks them in one pass. The output is the target's own.
+
+| key | does |
+|---|---|
+| Enter | send the prompt |
+| Ctrl+J | a new line in the prompt |
+| Esc | stop the answer (what was written is kept, marked *stopped*) |
+| Ctrl+N | new conversation |
+| Ctrl+R | regenerate the last answer |
+| Ctrl+T | tint accepted draft tokens on/off |
+| Ctrl+Y | copy the last answer |
+| Ctrl+E | edit this conversation's system prompt |
+| Ctrl+B | show/hide the conversations |
+| F2 | models: download, check, pick a pair |
+| F3 | settings |
+| Ctrl+P | all commands (rename, delete, copy a code block...) |
+| Ctrl+Q | quit |
+
+**The panel.** *accepted*: draft tokens the target confirmed, for this answer and this chat.
+*tok/pass*: tokens emitted per target pass (plain decoding is 1). *by position*: how often the
+draft's 1st, 2nd... token survives. *vs plain*: this answer's rate over the target's own plain
+rate, timed on this machine.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape", "dismiss", "Close"), Binding("f1", "dismiss", "Close", show=False)]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog help"):
+            yield Markdown(HELP)
+            yield Button("Close", id="close")
+
+    def on_button_pressed(self) -> None:
+        self.dismiss()

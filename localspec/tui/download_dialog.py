@@ -1,0 +1,72 @@
+"""Download progress, as a bar per file with bytes, speed and ETA; shared by the first-run offer and the models screen."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Button, Label, ProgressBar
+
+from localspec.catalog import Pair
+from localspec.hub.progress import DownloadProgress, Phase, format_bytes, format_eta
+from localspec.tui import messages as m
+
+
+class DownloadView(Widget):
+    """One line of text and a bar: which file, how far, how fast, how long."""
+
+    DEFAULT_CSS = "DownloadView { height: auto; }"
+
+    def compose(self) -> ComposeResult:
+        yield Label("", classes="download-label")
+        yield ProgressBar(total=100, show_eta=False, classes="download-bar")
+
+    def show(self, progress: DownloadProgress) -> None:
+        name = progress.label.rsplit("/", 1)[-1]
+        sizes = f"{format_bytes(progress.file_done)} / {format_bytes(progress.file_total)}" if progress.file_total else format_bytes(progress.file_done)
+        detail = {
+            Phase.CHECKING: "checking",
+            Phase.RETRYING: "connection lost, resuming",
+            Phase.DONE: "done",
+        }.get(progress.phase, f"{format_bytes(progress.bytes_per_second)}/s · ETA {format_eta(progress.eta_seconds)}")
+        total = f" · total {100 * progress.total_done / progress.total_total:.0f}%" if progress.total_total else ""
+        self.query_one(Label).update(f"[{progress.file_index}/{progress.file_count}] {name}  {sizes}  {detail}{total}")
+        bar = self.query_one(ProgressBar)
+        bar.update(total=progress.file_total or 100, progress=progress.file_done if progress.file_total else 0)
+
+
+class DownloadDialog(ModalScreen[bool]):
+    """Downloads one pair; dismisses with True once it is verified, False when cancelled or failed."""
+
+    BINDINGS = [Binding("x", "cancel_download", "Cancel download")]
+
+    def __init__(self, pair: Pair) -> None:
+        super().__init__()
+        self.pair = pair
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(f"Downloading {self.pair.title}")
+            yield DownloadView()
+            yield Label("An interrupted download resumes next time.", classes="dim")
+            yield Button("Cancel (x)", id="cancel")
+
+    def on_mount(self) -> None:
+        if not self.app.start_download(self.pair.id):  # type: ignore[attr-defined]
+            self.dismiss(False)
+
+    def action_cancel_download(self) -> None:
+        self.app.cancel_download()  # type: ignore[attr-defined]
+
+    def on_button_pressed(self) -> None:
+        self.action_cancel_download()
+
+    def receive(self, message: object) -> None:
+        if isinstance(message, m.DownloadProgressed):
+            self.query_one(DownloadView).show(message.progress)
+        elif isinstance(message, m.DownloadDone):
+            self.dismiss(True)
+        elif isinstance(message, m.DownloadFailed):
+            self.dismiss(False)

@@ -1,0 +1,75 @@
+"""What the workers tell the app. Workers only post these; widgets change on the app's own thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from localspec.chat_session import AnswerResult, AnswerUpdate, LoadedPair
+from localspec.hub.progress import DownloadProgress
+from localspec.pair_files import PairCheck
+
+
+@dataclass
+class PairLoadStage(Message):
+    pair_id: str
+    stage: str
+
+
+@dataclass
+class PairLoaded(Message):
+    loaded: LoadedPair
+
+
+@dataclass
+class PairLoadFailed(Message):
+    pair_id: str
+    error: str
+
+
+@dataclass
+class AnswerProgress(Message):
+    message_id: int
+    update: AnswerUpdate
+
+
+@dataclass
+class AnswerDone(Message):
+    message_id: int
+    result: AnswerResult
+
+
+@dataclass
+class AnswerFailed(Message):
+    message_id: int
+    error: str
+
+
+@dataclass
+class DownloadProgressed(Message):
+    progress: DownloadProgress
+
+
+@dataclass
+class DownloadDone(Message):
+    pair_id: str
+
+
+@dataclass
+class DownloadFailed(Message):
+    pair_id: str
+    error: str
+    cancelled: bool
+
+
+@dataclass
+class CheckDone(Message):
+    pair_id: str
+    result: PairCheck
+
+
+@dataclass
+class CheckFailed(Message):
+    pair_id: str
+    error: str

@@ -1,0 +1,185 @@
+"""The models screen: the catalog with sizes, tags, memory and download state; download, check, pick, add."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, Input, Label, Static
+
+from localspec.catalog import CatalogError, Pair
+from localspec.catalog_edit import add_user_pair
+from localspec.hub.progress import format_bytes
+from localspec.pair_files import PairCheck, model_state
+from localspec.tui import messages as m
+from localspec.tui import workers
+from localspec.tui.download_dialog import DownloadView
+
+
+def describe_check(result: PairCheck) -> Text:
+    text = Text()
+    for role, report in (("target", result.target), ("draft", result.draft)):
+        where = "over HTTP" if report.remote else "from disk"
+        size = f" of {format_bytes(report.file_size)}" if report.file_size else ""
+        text.append(f"{role:<7}", style="bold")
+        text.append(f"{report.summary.describe()}\n       header read {where}: {format_bytes(report.bytes_read)}{size}\n")
+    if result.compatible:
+        text.append("compatible: the draft shares the target's vocabulary", style="bold green")
+    else:
+        text.append(f"incompatible: {result.problem}", style="bold red")
+    text.append(f"  ({result.seconds:.2f} s)")
+    return text
+
+
+class ModelsScreen(Screen[None]):
+    BINDINGS = [
+        Binding("enter", "use", "Use pair", priority=True),
+        Binding("d", "download", "Download"),
+        Binding("x", "cancel_download", "Cancel download"),
+        Binding("c", "check", "Check"),
+        Binding("a", "add", "Add pair"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Label("Models: Enter uses the selected pair · d downloads · c checks it from its headers · a adds your own", classes="title")
+        yield DataTable(id="pairs", cursor_type="row", zebra_stripes=True)
+        with Vertical(id="pair-detail"):
+            yield Static("", id="detail")
+            yield DownloadView(id="download")
+            yield Static("", id="report")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("", "pair", "downloaded", "size", "needs", "tags")
+        self.refresh_rows()
+        current = self.app.loaded.pair.id if self.app.loaded is not None else self.app.settings.last_pair  # type: ignore[attr-defined]
+        ids = list(self.app.catalog.pairs)  # type: ignore[attr-defined]
+        if current in ids:
+            table.move_cursor(row=ids.index(current))
+        self.query_one("#download").display = self.app.downloading_pair is not None  # type: ignore[attr-defined]
+        table.focus()
+
+    def refresh_rows(self) -> None:
+        app = self.app
+        table = self.query_one(DataTable)
+        selected = table.cursor_row
+        table.clear()
+        for pair in app.catalog.pairs.values():  # type: ignore[attr-defined]
+            states = [model_state(app.hub_config, ref) for ref in (pair.target, pair.draft)]  # type: ignore[attr-defined]
+            status = "yes" if all(s.complete for s in states) else "partly" if any(s.complete for s in states) else "no"
+            if pair.id == app.downloading_pair:  # type: ignore[attr-defined]
+                status = "downloading"
+            size = sum(ref.size or 0 for ref in (pair.target, pair.draft))
+            loaded = app.loaded is not None and app.loaded.pair.id == pair.id  # type: ignore[attr-defined]
+            table.add_row("▶" if loaded else "", pair.id, status, format_bytes(size) if size else "?",
+                          f"{pair.memory_gib:.1f} GiB" if pair.memory_gib else "?", ", ".join(pair.tags), key=pair.id)
+        if table.row_count:
+            table.move_cursor(row=min(selected, table.row_count - 1))
+
+    def selected_pair(self) -> Pair | None:
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return self.app.catalog.pairs.get(key)  # type: ignore[attr-defined]
+
+    def on_data_table_row_highlighted(self) -> None:
+        pair = self.selected_pair()
+        if pair is None:
+            return
+        lines = [f"{pair.title}", pair.description] if pair.description else [pair.title]
+        for role, ref in (("target", pair.target), ("draft", pair.draft)):
+            facts = ", ".join(x for x in (ref.quantization, format_bytes(ref.size) if ref.size else None, ref.license) if x)
+            lines.append(f"{role}: {ref.label}" + (f" ({facts})" if facts else ""))
+        if pair.draft_max:
+            lines.append(f"recommended: draft-max {pair.draft_max}, p-min {pair.draft_p_min}")
+        if pair.notes:
+            lines.append(pair.notes)
+        self.query_one("#detail", Static).update("\n".join(lines))
+        self.query_one("#report", Static).update("")
+
+    def action_use(self) -> None:
+        pair = self.selected_pair()
+        if pair is not None:
+            self.app.pop_screen()
+            self.app.open_pair(pair.id)  # type: ignore[attr-defined]
+
+    def action_download(self) -> None:
+        pair = self.selected_pair()
+        if pair is None:
+            return
+        if all(model_state(self.app.hub_config, ref).complete for ref in (pair.target, pair.draft)):  # type: ignore[attr-defined]
+            self.notify(f"{pair.id} is already downloaded.", timeout=3)
+            return
+        if self.app.start_download(pair.id):  # type: ignore[attr-defined]
+            self.query_one("#download").display = True
+            self.refresh_rows()
+
+    def action_cancel_download(self) -> None:
+        self.app.cancel_download()  # type: ignore[attr-defined]
+
+    def action_check(self) -> None:
+        pair = self.selected_pair()
+        if pair is None:
+            return
+        self.query_one("#report", Static).update(f"Reading the GGUF headers of {pair.id}…")
+        self.app.run_worker(partial(workers.check, self.app.post_message, self.app.hub_config, pair),  # type: ignore[attr-defined]
+                            thread=True, group="check", name=f"check {pair.id}")
+
+    def action_add(self) -> None:
+        def added(pair_id: str | None) -> None:
+            if pair_id:
+                self.app.reload_catalog()  # type: ignore[attr-defined]
+                self.refresh_rows()
+                self.notify(f"Pair {pair_id!r} saved to your models.toml.", timeout=4)
+
+        self.app.push_screen(AddPairDialog(), added)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def receive(self, message: object) -> None:
+        if isinstance(message, m.DownloadProgressed):
+            self.query_one("#download", DownloadView).show(message.progress)
+        elif isinstance(message, (m.DownloadDone, m.DownloadFailed)):
+            self.refresh_rows()
+        elif isinstance(message, m.CheckDone):
+            self.query_one("#report", Static).update(describe_check(message.result))
+        elif isinstance(message, m.CheckFailed):
+            self.query_one("#report", Static).update(Text(message.error, style="red"))
+
+
+class AddPairDialog(ModalScreen["str | None"]):
+    """A custom pair from local files or hub files, saved to the user's models.toml."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Add a pair. Models are local .gguf paths, or OWNER/REPO/FILE.gguf on the hub.")
+            yield Input(placeholder="id, e.g. my-7b", id="pair-id")
+            yield Input(placeholder="title", id="pair-title")
+            yield Input(placeholder="target: /path/to/target.gguf or OWNER/REPO/FILE.gguf", id="pair-target")
+            yield Input(placeholder="draft: /path/to/draft.gguf or OWNER/REPO/FILE.gguf", id="pair-draft")
+            yield Label("", id="add-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="save")
+                yield Button("Cancel", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id != "save":
+            self.dismiss(None)
+            return
+        values = {name: self.query_one(f"#pair-{name}", Input).value for name in ("id", "title", "target", "draft")}
+        try:
+            pair = add_user_pair(self.app.catalog_file, values["id"], values["title"], values["target"], values["draft"])  # type: ignore[attr-defined]
+        except CatalogError as exc:
+            self.query_one("#add-error", Label).update(str(exc))
+            return
+        self.dismiss(pair.id)

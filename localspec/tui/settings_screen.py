@@ -1,0 +1,83 @@
+"""The settings form: drafter and speculation, sampling, and how the models are loaded."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select
+
+from localspec.settings import DRAFTERS, Settings, SettingsError
+
+# (field, label, help) in the order shown; None values mean "automatic"
+FORM = [
+    ("draft_max", "draft-max (K)", "most tokens drafted per step"),
+    ("draft_p_min", "draft p-min", "stop drafting below this draft confidence"),
+    ("temperature", "temperature", "0 = greedy: exactly the target's output"),
+    ("top_k", "top-k", "0 = off"),
+    ("top_p", "top-p", ""),
+    ("min_p", "min-p", ""),
+    ("seed", "seed", "empty = random each time"),
+    ("max_tokens", "max tokens", "per answer"),
+    ("n_ctx", "context size", "tokens; reloads the pair"),
+    ("target_gpu_layers", "target GPU layers", "empty = all when offload works; reloads"),
+    ("draft_gpu_layers", "draft GPU layers", "empty = all when offload works; reloads"),
+    ("threads", "threads", "empty = physical cores; reloads"),
+]
+_TYPES = {f.name: f.type for f in fields(Settings)}
+
+
+def parse_field(name: str, text: str) -> Any:
+    text = text.strip()
+    kind = str(_TYPES[name])
+    if not text:
+        if "None" in kind:
+            return None
+        raise SettingsError(f"{name.replace('_', ' ')} needs a value.")
+    try:
+        return int(text) if kind.startswith("int") else float(text)
+    except ValueError:
+        raise SettingsError(f"{name.replace('_', ' ')}: {text!r} is not a number.") from None
+
+
+class SettingsScreen(ModalScreen["Settings | None"]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "save", "Save")]
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog settings"):
+            yield Label("Settings (Ctrl+S saves, Esc cancels)", classes="title")
+            with VerticalScroll():
+                with Horizontal(classes="field"):
+                    yield Label("drafter", classes="field-label")
+                    yield Select([(d, d) for d in DRAFTERS], value=self.settings.drafter, allow_blank=False, id="drafter")
+                for name, label, help_text in FORM:
+                    value = getattr(self.settings, name)
+                    with Horizontal(classes="field"):
+                        yield Label(label, classes="field-label")
+                        yield Input("" if value is None else str(value), id=name, placeholder=help_text, tooltip=help_text or None)
+            yield Label("", id="settings-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="save")
+                yield Button("Cancel", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "save":
+            self.action_save()
+        else:
+            self.dismiss(None)
+
+    def action_save(self) -> None:
+        try:
+            changes = {name: parse_field(name, self.query_one(f"#{name}", Input).value) for name, _, _ in FORM}
+            changes["drafter"] = self.query_one("#drafter", Select).value
+            self.dismiss(self.settings.with_changes(**changes))
+        except SettingsError as exc:
+            self.query_one("#settings-error", Label).update(str(exc))

@@ -1,0 +1,83 @@
+"""The live statistics panel: acceptance, tokens per pass, per-position bars, a sparkline, rates, speedup, time split."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.widgets import Static
+
+from localspec.live_stats import StatsSnapshot
+
+SPARKS = "▁▂▃▄▅▆▇█"
+BAR_WIDTH = 12
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    filled = max(0, min(width, round(fraction * width)))
+    return "█" * filled + "░" * (width - filled)
+
+
+def sparkline(values: list[float]) -> str:
+    return "".join(SPARKS[min(len(SPARKS) - 1, int(v * (len(SPARKS) - 1) + 0.5))] for v in values)
+
+
+def percent(value: float | None) -> str:
+    return "  -  " if value is None else f"{100 * value:5.1f}%"
+
+
+def render_snapshot(s: StatsSnapshot) -> Text:
+    """The panel's text for one snapshot: pure, so it is cheap to test and to draw. Lines fit 27 columns."""
+    text = Text()
+
+    def line(label: str, value: str, style: str = "") -> None:
+        text.append(f"{label:<10}", style="dim")
+        text.append(value + "\n", style=style)
+
+    line("drafter", "none (plain)" if s.drafter == "none" or s.draft_max == 0 else f"{s.drafter} · K={s.draft_max}")
+    line("accepted", f"{percent(s.acceptance_answer)} answer", "bold")
+    line("", f"{percent(s.acceptance_conversation)} chat")
+    line("tok/pass", f"{s.tokens_per_pass:.2f}")
+    if s.acceptance_by_position:
+        text.append("by position\n", style="dim")
+        for i, rate in enumerate(s.acceptance_by_position[:8], start=1):
+            text.append(f"{i:>3} ", style="dim")
+            text.append(bar(rate), style="green")
+            text.append(f" {100 * rate:3.0f}%\n")
+    if s.recent_acceptance:
+        line("recent", sparkline(s.recent_acceptance[-16:]), "green")
+    line("tok/s", f"{s.tokens_per_second_now:6.1f} now")
+    line("", f"{s.tokens_per_second_avg:6.1f} avg", "bold")
+    if s.speedup is not None and s.plain_tokens_per_second:
+        line("vs plain", f"{s.speedup:.2f}× ({s.plain_tokens_per_second:.1f}/s)", "bold green" if s.speedup >= 1.0 else "bold yellow")
+    total = s.t_draft_ms + s.t_verify_ms + s.t_other_ms
+    if total > 0:
+        line("draft", f"{100 * s.t_draft_ms / total:3.0f}%  verify {100 * s.t_verify_ms / total:3.0f}%")
+        line("other", f"{100 * s.t_other_ms / total:3.0f}%")
+    line("prompt", f"{s.prompt_tokens} tokens")
+    line("context", f"{s.context_used}/{s.n_ctx}")
+    return text
+
+
+class StatsPanel(Static):
+    """Redrawn only when a snapshot arrives (at most ten times a second); counts its frames for the closing note."""
+
+    DEFAULT_CLASSES = "panel"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("No answer yet.\n\nAsk something: the\nnumbers appear as the\nanswer streams.", **kwargs)  # type: ignore[arg-type]
+        self.frames = 0
+        self.first_frame_at: float | None = None
+        self.last_snapshot: StatsSnapshot | None = None
+
+    def show(self, snapshot: StatsSnapshot) -> None:
+        self.last_snapshot = snapshot
+        self.update(render_snapshot(snapshot))
+        self.frames += 1
+        if self.first_frame_at is None:
+            self.first_frame_at = time.perf_counter()
+
+    def frames_per_second(self) -> float:
+        if self.first_frame_at is None or self.frames < 2:
+            return 0.0
+        return (self.frames - 1) / max(1e-6, time.perf_counter() - self.first_frame_at)

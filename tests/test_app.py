@@ -1,0 +1,289 @@
+"""The real app, driven by Pilot, on real llama.cpp with tiny generated models (and once with the real pair)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.events import TokenEvent
+from localspec.history import History
+from localspec.hub.config import HubConfig
+from localspec.settings import Settings, save_settings
+from localspec.tui.app import LocalspecApp
+from localspec.tui.conversation_list import ConversationList
+from localspec.tui.dialogs import ConfirmDialog
+from localspec.tui.download_dialog import DownloadDialog, DownloadView
+from localspec.tui.message_view import MessageView
+from localspec.tui.models_screen import ModelsScreen
+from localspec.tui.settings_screen import SettingsScreen
+from localspec.tui.stats_panel import StatsPanel
+from tests.hub_server import Fault, LoopbackHub
+
+
+def local_pair(pair_id: str, target: Path, draft: Path) -> str:
+    return f'[[pair]]\nid = "{pair_id}"\ntitle = "Pair {pair_id}"\n[pair.target]\npath = "{target}"\n[pair.draft]\npath = "{draft}"\n'
+
+
+def run_async(test):  # type: ignore[no-untyped-def]
+    """Run an async test on a fresh event loop, without a pytest plugin."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+class Setup:
+    def __init__(self, root: Path, hub_config: HubConfig) -> None:
+        self.root = root
+        self.catalog = root / "models.toml"
+        self.history = root / "history.sqlite3"
+        self.settings = root / "settings.json"
+        self.hub_config = hub_config
+
+    def write(self, catalog_text: str, **settings: object) -> Setup:
+        self.catalog.write_text(catalog_text)
+        save_settings(Settings(**settings), self.settings)  # type: ignore[arg-type]
+        return self
+
+    def app(self) -> LocalspecApp:
+        return LocalspecApp(self.hub_config, self.history, self.settings, self.catalog)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
+
+
+async def wait_for(pilot, predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the app"
+        await pilot.pause(0.05)
+
+
+def answers(app: LocalspecApp) -> list[MessageView]:
+    return [v for v in app.query(MessageView) if v.role == "assistant"]
+
+
+async def ask(pilot, app: LocalspecApp, text: str) -> MessageView:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: app.loaded is not None)
+    before = len(answers(app))
+    app.query_one("#prompt").focus()
+    await pilot.press(*text)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: len(answers(app)) > before and app.streaming is None)
+    return answers(app)[-1]
+
+
+def plain_text(target: Path, prompt: str, max_tokens: int) -> str:
+    with Engine(EngineConfig(target)) as engine:
+        tokens = chat_prompt_tokens(engine.target, [Message("user", prompt)])
+        return "".join(e.text for e in engine.plain.generate(tokens, GenerationConfig(max_tokens=max_tokens)) if isinstance(e, TokenEvent))
+
+
+@run_async
+async def test_a_prompt_streams_the_targets_own_text_and_the_statistics(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["target"], tiny["same"]), last_pair="tiny", max_tokens=40)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await ask(pilot, app, "hello there")
+        panel = app.query_one(StatsPanel)
+        assert view.status == "complete" and view.text
+        assert view.text == plain_text(tiny["target"], "hello there", 40)  # lossless, in the app too
+        assert panel.frames >= 1 and panel.last_snapshot is not None
+        snapshot = panel.last_snapshot
+        assert snapshot.acceptance_answer == 1.0 and snapshot.generated == 40  # an identical draft: every token accepted
+        assert snapshot.acceptance_by_position and all(rate == 1.0 for rate in snapshot.acceptance_by_position)
+        assert snapshot.speedup is not None and snapshot.plain_tokens_per_second
+        assert "100.0% answer" in str(panel.render())
+        assert {source for source, _ in view.runs} <= {"accepted", "bonus", "correction", "target"} and view.runs
+    stored = History(setup.history).messages(History(setup.history).conversations()[0].id)
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].status == "complete" and stored[1].stats["draft_n_accepted"] == stored[1].stats["draft_n"] > 0
+    assert stored[1].pair_id == "tiny" and stored[1].settings["max_tokens"] == 40
+
+
+@run_async
+async def test_escape_stops_mid_answer_and_keeps_the_text(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative_draft"]), last_pair="tiny", max_tokens=3000)
+    app = setup.app()
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.press(*"tell me everything", "enter")
+        await wait_for(pilot, lambda: bool(answers(app)) and len(answers(app)[-1].text) > 20)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.streaming is None)
+        view = answers(app)[-1]
+        assert view.status == "stopped" and "stopped" in str(view.query_one(".message-header").render())
+        kept = view.text
+    stored = History(setup.history).messages(History(setup.history).conversations()[0].id)[-1]
+    assert stored.status == "stopped" and stored.content == kept and 0 < stored.stats["predicted_n"] < 3000
+
+
+@run_async
+async def test_conversations_switch_and_survive_a_restart(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        first = await ask(pilot, app, "first question")
+        first_id = app.conversation_id
+        await pilot.press("ctrl+n")
+        await ask(pilot, app, "second question")
+        assert len(app.query_one(ConversationList).children) == 2
+        app.query_one(ConversationList).focus()
+        await pilot.press("down", "enter")  # the older conversation
+        await wait_for(pilot, lambda: app.conversation_id == first_id)
+        shown = [v.text for v in app.query(MessageView)]
+        assert shown == ["first question", first.text]
+    app = setup.app()  # a new process would see the same
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        titles = [item.conversation.title for item in app.query_one(ConversationList).children]  # type: ignore[attr-defined]
+        assert titles == ["second question", "first question"]
+        assert [v.text for v in app.query(MessageView)][0] == "second question"
+
+
+def test_a_killed_app_keeps_the_prompt_and_the_streamed_text(tmp_path):
+    history = History(tmp_path / "h.sqlite3")
+    conversation = history.create()
+    history.add_user_message(conversation.id, "question")
+    answer = history.start_answer(conversation.id, "tiny", {"max_tokens": 5})
+    history.save_partial(answer, "half an ans", [("accepted", 4), ("correction", 7)])
+    del history  # no finish_answer: the process died here
+    reopened = History(tmp_path / "h.sqlite3")
+    user, assistant = reopened.messages(conversation.id)
+    assert user.content == "question"
+    assert (assistant.content, assistant.status, assistant.provenance) == ("half an ans", "interrupted", [("accepted", 4), ("correction", 7)])
+
+
+def test_history_schema_is_versioned(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "h.sqlite3"
+    History(path).close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    sqlite3.connect(path).execute("PRAGMA user_version = 99")
+    from localspec.history import HistoryError
+
+    with pytest.raises(HistoryError, match="written by a newer localspec"):
+        History(path)
+
+
+@run_async
+async def test_download_through_the_loopback_hub_with_progress(setup: Setup, tiny, hub: LoopbackHub):
+    for name in ("target", "near"):
+        served = hub.add_file(f"tiny/{name}-GGUF", f"{name}.gguf", path=tiny[name])
+    hub.fail(served.sha256, Fault("slow", bytes_per_second=200_000))  # the draft trickles, so progress shows
+    setup.hub_config = HubConfig(hub.endpoint, setup.root / "hf", offline=False, token=False)
+    setup.write('default = "hubpair"\n[[pair]]\nid = "hubpair"\ntitle = "Hub pair"\n'
+                '[pair.target]\nrepo = "tiny/target-GGUF"\nfile = "target.gguf"\n'
+                '[pair.draft]\nrepo = "tiny/near-GGUF"\nfile = "near.gguf"\n')
+    app = setup.app()
+    seen: list[str] = []
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        assert "not downloaded yet" in str(app.screen.query_one("Label").render())
+        await pilot.click("#yes")
+        await wait_for(pilot, lambda: isinstance(app.screen, DownloadDialog))
+        dialog = app.screen
+
+        def progress_shown() -> bool:
+            if isinstance(app.screen, DownloadDialog):
+                seen.append(str(dialog.query_one(DownloadView).query_one("Label").render()))
+            return app.loaded is not None
+
+        await wait_for(pilot, progress_shown)
+        assert any("[2/2] near.gguf" in line and "/s" in line and "ETA" in line for line in seen), seen
+        view = await ask(pilot, app, "hi")
+        assert view.text
+    assert History(setup.history).conversations()
+
+
+@run_async
+async def test_small_terminal_help_models_settings(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]) + local_pair("broken", tiny["target"], tiny["other_vocab"]),
+                last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        assert not app.query_one("#sidebar").display  # 80 columns: the chat gets the room
+        view = await ask(pilot, app, "short")
+        assert view.text
+
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        app.screen.query_one("#draft_max").value = "2"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert json.loads(setup.settings.read_text())["draft_max"] == 2
+
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        await pilot.press("c")
+        await wait_for(pilot, lambda: "compatible" in str(app.screen.query_one("#report").render()), timeout=10)
+        await pilot.press("down")  # the broken pair
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.loading_pair is None and app.loaded is None)
+        assert any("cannot be used together" in n.message for n in app._notifications)  # the app says why
+        await pilot.press("f2")  # and it is still usable
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        await pilot.press("escape")
+
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+        await pilot.press("escape")
+
+
+@run_async
+async def test_tint_toggles_between_provenance_and_markdown(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=16, tint_accepted=False)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await ask(pilot, app, "tint")
+        assert view.query_one("Markdown").display and not view.query_one(".message-tint").display
+        await pilot.press("ctrl+t")
+        assert view.query_one(".message-tint").display and not view.query_one("Markdown").display
+        assert json.loads(setup.settings.read_text())["tint_accepted"] is True
+
+
+def test_the_app_answers_in_a_real_terminal(tmp_path, tiny):
+    """tmux: the installed command starts, takes a prompt from the keyboard, and answers."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for this test: apt-get install tmux")
+    config = tmp_path / "config" / "localspec"
+    config.mkdir(parents=True)
+    (config / "models.toml").write_text('default = "tiny"\n' + local_pair("tiny", tiny["target"], tiny["same"]))
+    env = f"XDG_CONFIG_HOME={tmp_path / 'config'} XDG_DATA_HOME={tmp_path / 'data'} XDG_STATE_HOME={tmp_path / 'state'}"
+    session = f"localspec-test-{tmp_path.name}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30",
+                    f"env {env} {sys.executable} -m localspec"], check=True)
+    try:
+        screen = ""
+        for _ in range(200):
+            screen = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
+            if "layers on GPU" in screen:  # the device line appears once the pair is loaded
+                break
+            time.sleep(0.1)
+        assert "layers on GPU" in screen, screen
+        subprocess.run(["tmux", "send-keys", "-t", session, "hello", "Enter"], check=True)
+        for _ in range(200):
+            screen = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
+            if "100.0% answer" in screen:
+                break
+            time.sleep(0.1)
+        assert "Assistant" in screen and "100.0% answer" in screen and "tok/s" in screen, screen
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
