@@ -112,8 +112,13 @@ def generation_config(settings: Settings, drafting: bool) -> GenerationConfig:
 
 def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Settings, history: History, message_id: int,
                   cancel: threading.Event, on_update: Callable[[AnswerUpdate], None],
-                  conversation_counts: tuple[int, int] = (0, 0)) -> AnswerResult:
-    """Generate the assistant's reply to `messages`, reporting and saving as it goes."""
+                  conversation_counts: tuple[int, int] = (0, 0), ready: Callable[[], bool] = lambda: True) -> AnswerResult:
+    """Generate the assistant's reply to `messages`, reporting and saving as it goes.
+
+    Updates go out at most every UPDATE_INTERVAL_S, and only when `ready()` says the
+    last one has been drawn: a busy UI gets fewer, larger updates instead of a
+    queue, so drawing never falls behind and never takes CPU the models need.
+    """
     engine = loaded.engine
     drafting = settings.drafter != "none" and settings.draft_max > 0 and engine.draft is not None
     decoder: Decoder = engine.speculative if drafting else engine.plain
@@ -133,7 +138,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
                 transcript.add(event.source.value, event.text)
                 pending.append((event.source.value, event.text))
             now = time.perf_counter()
-            if now - last_update >= UPDATE_INTERVAL_S:
+            if now - last_update >= UPDATE_INTERVAL_S and ready():
                 on_update(AnswerUpdate(pending, live.snapshot(decoder.live_stats, engine.target.n_past)))
                 pending, last_update = [], now
             if now - last_save >= SAVE_INTERVAL_S:

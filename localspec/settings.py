@@ -39,7 +39,7 @@ class Settings:
     draft_gpu_layers: int | None = None
     threads: int | None = None  # None: physical cores
     last_pair: str | None = None
-    tint_accepted: bool = True
+    tint_accepted: bool = False  # Markdown by default; Ctrl+T shows the provenance tint
 
     def validate(self) -> Settings:
         checks = [

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+import time
 from functools import partial
 from pathlib import Path
 from typing import Iterable
@@ -13,7 +15,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, ListView, Static
+from textual.widgets import Footer, ListView
 
 from localspec import paths
 from localspec.catalog import Catalog, CatalogError, load_catalog, parse_catalog, shipped_catalog_text, user_catalog_path
@@ -29,6 +31,7 @@ from localspec.settings import Settings, load_settings, save_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.conversation_list import ConversationItem, ConversationList
+from localspec.tui.device_line import DeviceLine
 from localspec.tui.dialogs import ConfirmDialog, HelpScreen, TextDialog
 from localspec.tui.download_dialog import DownloadDialog
 from localspec.tui.message_view import MessageView
@@ -38,6 +41,7 @@ from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
 
 LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads")  # changing these reloads the pair
+UI_CPU_SHARE_CONTENDED = 0.05
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
 
@@ -72,6 +76,8 @@ class LocalspecApp(App[None]):
         self.loading_pair: str | None = None
         self.load_cancel: threading.Event | None = None
         self.answer_cancel: threading.Event | None = None
+        self.answer_drawn = threading.Event()
+        self._paced_at = (0.0, 0.0)  # (wall, main-thread CPU) at the last update
         self.streaming: MessageView | None = None
         self.conversation_id: int | None = None
         self.download_cancel: threading.Event | None = None
@@ -84,9 +90,9 @@ class LocalspecApp(App[None]):
             yield ConversationList(id="sidebar")
             with Vertical(id="main"):
                 yield VerticalScroll(id="messages")
-                yield PromptInput(id="prompt", soft_wrap=True, show_line_numbers=False)
+                yield PromptInput(id="prompt")
             yield StatsPanel(id="stats")
-        yield Static("", id="device")
+        yield DeviceLine(id="device")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -178,7 +184,7 @@ class LocalspecApp(App[None]):
         self.notify(message.error, severity="error" if "cancelled" not in message.error else "information", timeout=15)
 
     def set_device_text(self, text: str) -> None:
-        self.query_one("#device", Static).update(text)
+        self.query_one(DeviceLine).show(text)
 
     def refresh_device_line(self) -> None:
         if self.loaded is None:
@@ -348,8 +354,36 @@ class LocalspecApp(App[None]):
         container.scroll_end(animate=False)
         self.streaming = view
         self.answer_cancel = cancel = threading.Event()
-        self.run_worker(partial(workers.answer, self.post_message, self.loaded, chat, self.settings, self.history, message_id, cancel, counts),
+        self.answer_drawn = drawn = threading.Event()
+        drawn.set()
+        self._paced_at = (time.perf_counter(), time.thread_time())
+        self.run_worker(partial(workers.answer, self.post_message, self.loaded, chat, self.settings, self.history, message_id, cancel, counts, drawn),
                         thread=True, group="answer", name="answer")
+
+    def ui_cpu_share(self) -> float:
+        """How much of one core drawing may take while an answer streams.
+
+        When llama.cpp's threads fill every core, each millisecond spent drawing is
+        taken from generation; the updates are then spaced so that drawing stays
+        near 5% of a core. With a core to spare, drawing runs at the full ten updates a second.
+        """
+        threads = self.loaded.engine.target.n_threads if self.loaded is not None else 1
+        return 1.0 if (os.cpu_count() or 1) > threads else UI_CPU_SHARE_CONTENDED
+
+    def _pace(self) -> None:
+        """Let the worker send its next update once drawing is back within its CPU share.
+
+        The main thread's CPU time since the last update (drawing it, and whatever
+        else the UI did) is weighed against the wall time that passed.
+        """
+        now, cpu = time.perf_counter(), time.thread_time()
+        used, elapsed = cpu - self._paced_at[1], now - self._paced_at[0]
+        self._paced_at = (now, cpu)
+        wait = used / self.ui_cpu_share() - elapsed
+        if wait > 0:
+            self.set_timer(wait, self.answer_drawn.set)
+        else:
+            self.answer_drawn.set()
 
     async def on_answer_progress(self, message: m.AnswerProgress) -> None:
         if self.streaming is None or self.streaming.message_id != message.message_id:
@@ -360,10 +394,10 @@ class LocalspecApp(App[None]):
         self.query_one(StatsPanel).show(message.update.snapshot)
         if follow:
             container.scroll_end(animate=False)
+        self.call_after_refresh(self._pace)  # the next update may follow once this one is on screen, within budget
 
     async def on_answer_done(self, message: m.AnswerDone) -> None:
         view = self.streaming
-        self.streaming, self.answer_cancel = None, None
         if view is None or view.message_id != message.message_id:
             return
         result = message.result
@@ -374,6 +408,7 @@ class LocalspecApp(App[None]):
         if result.finished.message:
             self.notify(result.finished.message, severity="warning", timeout=10)
         self.query_one("#messages", VerticalScroll).scroll_end(animate=False)
+        self.streaming, self.answer_cancel = None, None  # last: "not streaming" means the view is final
 
     def on_answer_failed(self, message: m.AnswerFailed) -> None:
         if self.streaming is not None and self.streaming.message_id == message.message_id:

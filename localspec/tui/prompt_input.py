@@ -10,6 +10,12 @@ from textual.widgets import TextArea
 
 
 class PromptInput(TextArea):
+    """No cursor blink: a blinking cursor repaints twice a second, CPU that generation needs more."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, **kwargs)  # type: ignore[arg-type]
+        self.cursor_blink = False
+
     @dataclass
     class Submitted(Message):
         text: str

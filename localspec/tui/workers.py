@@ -13,7 +13,7 @@ from typing import Callable
 from textual.message import Message
 
 from localspec.catalog import Pair
-from localspec.chat_session import LoadedPair, load_pair, stream_answer
+from localspec.chat_session import AnswerUpdate, LoadedPair, load_pair, stream_answer
 from localspec.engine.chat import Message as ChatMessage
 from localspec.errors import LocalspecError
 from localspec.history import History
@@ -40,10 +40,15 @@ def load(post: Post, pair: Pair, target: Path, draft: Path, settings: Settings, 
 
 
 def answer(post: Post, loaded: LoadedPair, chat: list[ChatMessage], settings: Settings, history: History, message_id: int,
-           cancel: threading.Event, counts: tuple[int, int]) -> None:
+           cancel: threading.Event, counts: tuple[int, int], drawn: threading.Event) -> None:
+    """`drawn` is set by the app once it has drawn the last update; until then, updates wait and merge."""
+
+    def send(update: AnswerUpdate) -> None:
+        drawn.clear()
+        post(m.AnswerProgress(message_id, update))
+
     try:
-        result = stream_answer(loaded, chat, settings, history, message_id, cancel,
-                               lambda update: post(m.AnswerProgress(message_id, update)), counts)
+        result = stream_answer(loaded, chat, settings, history, message_id, cancel, send, counts, ready=drawn.is_set)
     except LocalspecError as exc:
         post(m.AnswerFailed(message_id, str(exc)))
         return
