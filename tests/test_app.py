@@ -287,3 +287,57 @@ def test_the_app_answers_in_a_real_terminal(tmp_path, tiny):
         assert "Assistant" in screen and "100.0% answer" in screen and "tok/s" in screen, screen
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+
+
+@run_async
+async def test_regenerate_system_prompt_and_added_pairs(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=12)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        first = await ask(pilot, app, "again")
+        first_text = first.text
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.streaming is None and len(answers(app)) == 1 and answers(app)[0] is not first)
+        assert answers(app)[0].text == first_text  # greedy: the same answer, regenerated
+        assert [m.role for m in app.history.messages(app.conversation_id)] == ["user", "assistant"]  # type: ignore[union-attr]
+
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TextDialog")
+        app.screen.query_one("#value").insert("Answer in French.")
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: type(app.screen).__name__ != "TextDialog")
+        assert app.history.conversation(app.conversation_id).system_prompt == "Answer in French."  # type: ignore[union-attr]
+
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        await pilot.press("a")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "AddPairDialog")
+        for field, value in (("id", "mine"), ("title", "Mine"), ("target", str(tiny["target"])), ("draft", "org/repo")):
+            app.screen.query_one(f"#pair-{field}").value = value
+        await pilot.click("#save")
+        assert "neither a local .gguf path nor OWNER/REPO/FILE.gguf" in str(app.screen.query_one("#add-error").render())
+        app.screen.query_one("#pair-draft").value = str(tiny["same"])
+        await pilot.pause(0.3)  # a button ignores a second press while it still shows the first
+        await pilot.click("#save")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        assert "mine" in app.catalog.pairs and app.catalog.get("mine").draft.path == tiny["same"]
+    assert 'id = "mine"' in setup.catalog.read_text() and 'id = "tiny"' in setup.catalog.read_text()  # appended, nothing lost
+
+
+@run_async
+async def test_the_real_pair_end_to_end(setup: Setup, real_models):
+    target, draft = real_models
+    setup.write(local_pair("qwen", target, draft), last_pair="qwen", max_tokens=48)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None, timeout=180)
+        prompt = "Write a Python function that reverses a string."
+        view = await ask(pilot, app, prompt)
+        snapshot = app.query_one(StatsPanel).last_snapshot
+        assert snapshot is not None and snapshot.generated == 48 and snapshot.acceptance_answer is not None
+        assert snapshot.acceptance_answer > 0.5 and snapshot.speedup is not None
+        assert "def " in view.text
+    # the same answer as the command line gives for the same prompt and settings
+    cli = subprocess.run([sys.executable, "-m", "localspec", "generate", "--target", str(target), "--draft", str(draft),
+                          "--prompt", prompt, "--max-tokens", "48", "--json"], capture_output=True, text=True, timeout=300)
+    assert json.loads(cli.stdout)["text"] == view.text

@@ -53,8 +53,8 @@ class LocalspecApp(App[None]):
         Binding("ctrl+n", "new_conversation", "New chat"),
         Binding("ctrl+r", "regenerate", "Regenerate"),
         Binding("ctrl+t", "toggle_tint", "Tint"),
-        Binding("ctrl+y", "copy_answer", "Copy"),
-        Binding("ctrl+e", "edit_system_prompt", "System prompt", show=False),
+        Binding("f5", "copy_answer", "Copy"),
+        Binding("f4", "edit_system_prompt", "System prompt", show=False),
         Binding("ctrl+b", "toggle_sidebar", "Chats", show=False),
         Binding("f2", "models", "Models"),
         Binding("f3", "settings", "Settings"),
@@ -493,9 +493,9 @@ class LocalspecApp(App[None]):
         yield SystemCommand("New conversation", "Start an empty conversation (Ctrl+N)", self.action_new_conversation)
         yield SystemCommand("Rename conversation", "Give this conversation a title", self.action_rename_conversation)
         yield SystemCommand("Delete conversation", "Delete this conversation, after asking", self.action_delete_conversation)
-        yield SystemCommand("Edit system prompt", "This conversation's system prompt (Ctrl+E)", self.action_edit_system_prompt)
+        yield SystemCommand("Edit system prompt", "This conversation's system prompt (F4)", self.action_edit_system_prompt)
         yield SystemCommand("Regenerate", "Answer the last prompt again (Ctrl+R)", self.action_regenerate)
-        yield SystemCommand("Copy answer", "Copy the last answer (Ctrl+Y)", self.action_copy_answer)
+        yield SystemCommand("Copy answer", "Copy the last answer (F5)", self.action_copy_answer)
         yield SystemCommand("Copy code block", "Copy the last code block of the last answer", self.action_copy_code)
         yield SystemCommand("Toggle tint", "Tint accepted draft tokens (Ctrl+T)", self.action_toggle_tint)
         yield SystemCommand("Models", "Download, check and pick a pair (F2)", self.action_models)

@@ -78,8 +78,8 @@ model checks them in one pass. The output is the target's own.
 | Ctrl+N | new conversation |
 | Ctrl+R | regenerate the last answer |
 | Ctrl+T | tint accepted draft tokens on/off |
-| Ctrl+Y | copy the last answer |
-| Ctrl+E | edit this conversation's system prompt |
+| F5 | copy the last answer |
+| F4 | edit this conversation's system prompt |
 | Ctrl+B | show/hide the conversations |
 | F2 | models: download, check, pick a pair |
 | F3 | settings |
