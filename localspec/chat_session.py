@@ -120,8 +120,9 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     queue, so drawing never falls behind and never takes CPU the models need.
     """
     engine = loaded.engine
-    drafting = settings.drafter != "none" and settings.draft_max > 0 and engine.draft is not None
-    decoder: Decoder = engine.speculative if drafting else engine.plain
+    drafter = settings.drafter if engine.draft is not None or settings.drafter in ("ngram", "none") else "none"
+    drafting = drafter != "none" and settings.draft_max > 0
+    decoder: Decoder = engine.decoder(drafter if drafting else "none")
     prompt = chat_prompt_tokens(engine.target, messages)
     live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
     transcript = _Transcript()

@@ -47,6 +47,8 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_draft_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("speculation")
+    group.add_argument("--drafter", choices=["model", "auto", "ngram", "none"], default="model",
+                       help="model: the draft model; ngram: prompt lookup; auto: the adaptive controller picks per step; none: plain")
     group.add_argument("--draft-max", type=int, help=f"most tokens drafted per step, K (default: the pair's, else {defaults.DRAFT_MAX})")
     group.add_argument("--draft-p-min", type=float, help=f"stop drafting below this draft confidence (default: the pair's, else {defaults.DRAFT_P_MIN})")
 
@@ -187,8 +189,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from localspec.engine.engine import Engine
     from localspec.engine.events import Finished, TokenEvent
 
-    if args.no_draft or args.draft is None:
-        args.draft_max = 0
+    if args.no_draft or (args.draft is None and args.drafter == "model"):  # no draft model: plain decoding
+        args.drafter, args.draft_max = "none", 0
     config = generation_config_from_args(args, args.draft_max)
     with Engine(engine_config_from_args(args, with_draft=not args.no_draft)) as engine:
         if args.raw:
@@ -200,7 +202,7 @@ def run_generate(args: argparse.Namespace) -> int:
         tokens: list[int] = []
         finished: Finished | None = None
         try:
-            for event in engine.speculative.generate(prompt, config):
+            for event in engine.decoder(args.drafter).generate(prompt, config):
                 if isinstance(event, TokenEvent):
                     pieces.append(event.text)
                     if event.token >= 0:

@@ -16,7 +16,7 @@ from localspec import paths
 from localspec.engine import defaults
 from localspec.errors import LocalspecError
 
-DRAFTERS = ("model", "none")  # what the engine offers today; the adaptive controller adds more
+DRAFTERS = ("model", "auto", "ngram", "none")  # the engine's drafters (see Engine.decoder)
 
 
 class SettingsError(LocalspecError):

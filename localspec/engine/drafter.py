@@ -38,7 +38,10 @@ class Drafter(Protocol):
         """Up to `k` tokens continuing the accepted text; `sampling` None means greedy."""
 
     def commit(self, n_accepted: int, token: int) -> None:
-        """The target kept `n_accepted` draft tokens, then appended `token`."""
+        """The target kept `n_accepted` of this drafter's tokens, then appended `token`."""
+
+    def follow(self, tokens: Sequence[int]) -> None:
+        """Another drafter proposed this step: the accepted text grew by `tokens`."""
 
 
 class NoDrafter:
@@ -54,6 +57,9 @@ class NoDrafter:
         return Draft()
 
     def commit(self, n_accepted: int, token: int) -> None:
+        pass
+
+    def follow(self, tokens: Sequence[int]) -> None:
         pass
 
 
@@ -123,3 +129,12 @@ class ModelDrafter:
         self._pending += self._drafted[kept_in_cache:n_accepted] + [token]
         self._drafted = []
         self._n_decoded_drafts = 0
+
+    def follow(self, tokens: Sequence[int]) -> None:
+        """Accepted text this drafter did not propose: decoded lazily, in one batch, the next time it drafts."""
+        self._pending += list(tokens)
+
+    @property
+    def pending_tokens(self) -> int:
+        """Accepted tokens the draft has not decoded yet: the catch-up its next draft pays for."""
+        return len(self._pending)

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Callable
 
 from localspec.engine.decode import Decoder
+from localspec.engine.controller import AutoDrafter, calibrate
 from localspec.engine.drafter import ModelDrafter
-from localspec.engine.errors import LoadCancelled
+from localspec.engine.errors import EngineError, LoadCancelled
+from localspec.engine.ngram import NgramDrafter
 from localspec.engine.model import DEFAULT_N_CTX, Model, ModelConfig
 from localspec.engine.pair_check import check_pair
 
@@ -50,6 +52,31 @@ class Engine:
             raise
         self.plain = Decoder(self.target)
         self.speculative = Decoder(self.target, ModelDrafter(self.draft)) if self.draft is not None else self.plain
+        self.ngram = Decoder(self.target, NgramDrafter())
+        self._auto: Decoder | None = None
+
+    @property
+    def auto(self) -> Decoder:
+        """The adaptive controller's decoder; its costs are timed on first use (a few target passes)."""
+        if self._auto is None:
+            costs = calibrate(self.target, self.draft)
+            model = ModelDrafter(self.draft) if self.draft is not None else None
+            self._auto = Decoder(self.target, AutoDrafter(costs, model))
+        return self._auto
+
+    def decoder(self, drafter: str) -> Decoder:
+        """By drafter name: auto, model, ngram or none."""
+        if drafter == "auto":
+            return self.auto
+        if drafter == "model":
+            if self.draft is None:
+                raise EngineError("The model drafter needs a draft model: give --draft, or pick another drafter.")
+            return self.speculative
+        if drafter == "ngram":
+            return self.ngram
+        if drafter == "none":
+            return self.plain
+        raise EngineError(f"Unknown drafter {drafter!r}: choose auto, model, ngram or none.")
 
     @staticmethod
     def _check_cancel(cancel: threading.Event | None) -> None:

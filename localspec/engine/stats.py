@@ -30,6 +30,9 @@ class GenerationStats:
     t_llama_ms: float = 0.0  # inside llama_decode, both models: the rest is Python
     # target verify passes by batch size: {n_tokens: [count, total_ms]}, for cost models
     verify_ms_by_batch: dict[int, list[float]] = field(default_factory=dict)
+    # the auto controller's choices: {"ngram K=6": steps, ...}, and the tokens per step it predicted in total
+    decisions: dict[str, int] = field(default_factory=dict)
+    predicted_tokens_total: float = 0.0
 
     def record_step(self, n_drafted: int, n_accepted: int, draft_ms: float, verify_ms: float, target_decode_ms: float) -> None:
         self.n_steps += 1
@@ -47,6 +50,16 @@ class GenerationStats:
         entry[0] += 1
         entry[1] += target_decode_ms
 
+    def record_decision(self, label: str, predicted_tokens: float) -> None:
+        self.decisions[label] = self.decisions.get(label, 0) + 1
+        self.predicted_tokens_total += predicted_tokens
+
+    @property
+    def predicted_tokens_per_step(self) -> float | None:
+        """What the controller expected per step, to set beside tokens_per_step (what it got)."""
+        steps = sum(self.decisions.values())
+        return self.predicted_tokens_total / steps if steps else None
+
     def _reach_position(self, n: int) -> None:
         """Grow the per-position counters to cover n draft positions."""
         while len(self.draft_n_per_pos) < n:
@@ -59,7 +72,7 @@ class GenerationStats:
         total = cls()
         for s in runs:
             for name in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
-                         "t_draft_ms", "t_verify_ms", "t_llama_ms"):
+                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "predicted_tokens_total"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total._reach_position(len(s.draft_n_per_pos))
             for i, (drafted, accepted) in enumerate(zip(s.draft_n_per_pos, s.n_acc_tokens_per_pos)):
@@ -69,6 +82,8 @@ class GenerationStats:
                 entry = total.verify_ms_by_batch.setdefault(batch, [0, 0.0])
                 entry[0] += count
                 entry[1] += ms
+            for label, count in s.decisions.items():
+                total.decisions[label] = total.decisions.get(label, 0) + count
         return total
 
     @property
@@ -106,6 +121,6 @@ class GenerationStats:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k != "verify_ms_by_batch"}
         out["verify_ms_by_batch"] = {str(k): {"n": int(v[0]), "ms": v[1]} for k, v in sorted(self.verify_ms_by_batch.items())}
-        for name in ("acceptance_rate", "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second", "t_other_ms", "python_ms_per_step"):
+        for name in ("acceptance_rate", "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second", "t_other_ms", "python_ms_per_step", "predicted_tokens_per_step"):
             out[name] = getattr(self, name)
         return out

@@ -1,0 +1,231 @@
+"""The adaptive controller (`--drafter auto`): per step, the drafter and K with the most tokens per second.
+
+For each option it predicts the tokens a step emits (1 + the expected accepted
+draft tokens, from the acceptance measured at each draft position) and what the
+step costs (drafting K, plus verifying K+1 in the target), both measured on this
+machine, and takes the best; K = 0 is plain decoding, so speculation that does
+not pay is simply not chosen. The measurements decay, so a change of character
+(code to prose) shows within a few steps, and the draft model is tried now and
+then even when it is losing, so that it can win back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from localspec.engine.drafter import Draft, Drafter, ModelDrafter
+from localspec.engine.model import Model
+from localspec.engine.ngram import NgramDrafter
+from localspec.engine.sampling import SamplingParams
+
+DECAY = 0.97  # per observation: the last ~30 steps weigh most
+EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losing...
+EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to this
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+SPIKE = 2.0  # a step slower than this many times the estimate is noise, not a cost
+MODEL_K_MAX = 8
+
+
+@dataclass
+class CostTable:
+    """Milliseconds the target takes to verify a batch of n tokens, and the draft model per drafted token."""
+
+    verify_ms: dict[int, float] = field(default_factory=dict)
+    draft_ms_per_token: float | None = None
+    fixed: bool = False  # costs measured elsewhere (a test, another machine): kept as given, not learned
+
+
+    def verify(self, n: int) -> float:
+        """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes."""
+        if n in self.verify_ms:
+            return self.verify_ms[n]
+        sizes = sorted(self.verify_ms)
+        if not sizes:
+            return float(n)
+        below = [s for s in sizes if s < n]
+        above = [s for s in sizes if s > n]
+        if below and above:
+            lo, hi = below[-1], above[0]
+            return self.verify_ms[lo] + (self.verify_ms[hi] - self.verify_ms[lo]) * (n - lo) / (hi - lo)
+        if len(sizes) == 1:
+            return self.verify_ms[sizes[0]] * n / sizes[0]
+        a, b = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
+        slope = (self.verify_ms[b] - self.verify_ms[a]) / (b - a)
+        edge = b if below else a
+        return max(1e-3, self.verify_ms[edge] + slope * (n - edge))
+
+    def observe_verify(self, n: int, ms: float) -> None:
+        if self.fixed:
+            return
+        old = self.verify_ms.get(n)
+        if old is not None and ms > SPIKE * old:  # another process took the CPU for a moment: not this batch's cost
+            return
+        self.verify_ms[n] = ms if old is None else DECAY * old + (1 - DECAY) * ms
+
+    def observe_draft(self, ms_per_token: float) -> None:
+        if self.fixed:
+            return
+        old = self.draft_ms_per_token
+        self.draft_ms_per_token = ms_per_token if old is None else DECAY * old + (1 - DECAY) * ms_per_token
+
+
+def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 2) -> CostTable:
+    """Time the target on each batch size and the draft on single tokens, from an empty cache (then emptied again).
+
+    The fastest of `repeats` runs is kept: on a shared machine noise only ever adds time.
+    """
+    table = CostTable()
+    token = target.bos if target.bos >= 0 else 0
+    for n in sizes:
+        if n > target.n_batch:
+            break
+        runs = []
+        for _ in range(repeats):
+            target.truncate(0)
+            start = time.perf_counter()
+            target.decode([token] * n, outputs=n)
+            runs.append((time.perf_counter() - start) * 1000)
+        table.verify_ms[n] = min(runs)
+    target.truncate(0)
+    if draft is not None:
+        draft.truncate(0)
+        draft.decode([token], outputs=1)
+        start = time.perf_counter()
+        for _ in range(3):
+            draft.decode([token], outputs=1)
+        table.draft_ms_per_token = (time.perf_counter() - start) * 1000 / 3
+        draft.truncate(0)
+    return table
+
+
+@dataclass
+class AcceptanceModel:
+    """How often draft position i survives, given that the positions before it did; decayed counts with a prior."""
+
+    prior: float  # the rate assumed before any evidence
+    hits: list[float] = field(default_factory=list)
+    tries: list[float] = field(default_factory=list)
+
+    def rate(self, i: int) -> float:
+        if i >= len(self.tries):
+            return self.prior if not self.tries else self.rate(len(self.tries) - 1)
+        return (self.hits[i] + 2 * self.prior) / (self.tries[i] + 2)
+
+    def expected_accepted(self, k: int) -> float:
+        total, survive = 0.0, 1.0
+        for i in range(k):
+            survive *= self.rate(i)
+            total += survive
+        return total
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        while len(self.tries) < n_drafted:
+            self.hits.append(0.0)
+            self.tries.append(0.0)
+        for i in range(min(n_drafted, n_accepted + 1)):  # positions past the first rejection were never judged
+            self.tries[i] = DECAY * self.tries[i] + 1
+            self.hits[i] = DECAY * self.hits[i] + (1 if i < n_accepted else 0)
+
+
+@dataclass(frozen=True)
+class Decision:
+    drafter: str  # "none", "ngram" or the draft model's name
+    k: int
+    predicted_tokens: float  # 1 + expected accepted tokens
+
+
+class AutoDrafter:
+    """Chooses, each step, between plain decoding, prompt lookup and the draft model, and how far to draft."""
+
+    name = "auto"
+
+    def __init__(self, costs: CostTable, model: ModelDrafter | None = None, ngram: NgramDrafter | None = None) -> None:
+        self.costs = costs
+        self.model = model
+        self.ngram = ngram or NgramDrafter()
+        self.decode_ns = 0
+        self.acceptance: dict[str, AcceptanceModel] = {self.ngram.name: AcceptanceModel(prior=0.5)}
+        if model is not None:
+            self.acceptance[model.name] = AcceptanceModel(prior=0.7)
+        self.decisions: list[Decision] = []
+        self._chosen: Drafter | None = None
+        self._draft = Draft()
+        self._since_explore = 0
+        self._explore_every = EXPLORE_FIRST
+
+    def _drafters(self) -> list[Drafter]:
+        return [d for d in (self.ngram, self.model) if d is not None]
+
+    def start(self, prompt: Sequence[int]) -> None:
+        for drafter in self._drafters():
+            drafter.start(prompt)
+            drafter.decode_ns = 0  # the prompt is the decoder's to time, as for any drafter
+        self.decisions = []
+        self._since_explore = 0
+        self._explore_every = EXPLORE_FIRST
+
+    def decide(self, k_cap: int, lookup: list[int]) -> Decision:
+        plain = Decision("none", 0, 1.0)
+        options: list[tuple[Decision, float, float]] = [(plain, 1.0 / self.costs.verify(1), 1.0 / self.costs.verify(1))]
+        ngram_acceptance = self.acceptance[self.ngram.name]
+        for k in range(1, min(k_cap, len(lookup)) + 1):
+            cost = self.costs.verify(k + 1)
+            tokens = 1 + ngram_acceptance.expected_accepted(k)
+            options.append((Decision(self.ngram.name, k, tokens), tokens / cost, (k + 1) / cost))
+        if self.model is not None and self.costs.draft_ms_per_token is not None:
+            model_acceptance = self.acceptance[self.model.name]
+            # The draft first catches up on the text it skipped, in one batch (as cheap per token as the target's batches).
+            batching = self.costs.verify(16) / (16 * self.costs.verify(1))
+            catch_up = self.model.pending_tokens * self.costs.draft_ms_per_token * batching
+            for k in range(1, min(k_cap, MODEL_K_MAX) + 1):
+                cost = catch_up + k * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
+                tokens = 1 + model_acceptance.expected_accepted(k)
+                options.append((Decision(self.model.name, k, tokens), tokens / cost, (k + 1) / cost))
+        best, best_rate, _ = max(options, key=lambda option: option[1])
+        if best.drafter != "none":
+            self._since_explore, self._explore_every = 0, EXPLORE_FIRST
+            return best
+        self._since_explore += 1
+        # Exploration: now and then, try the drafter that would win if all its tokens were accepted. One that
+        # cannot beat plain decoding even then (a draft model too slow for its target) is never tried.
+        hopeful = [(optimistic, decision) for decision, _, optimistic in options if decision.drafter != "none" and optimistic > best_rate]
+        if hopeful and self._since_explore >= self._explore_every:
+            self._since_explore = 0
+            self._explore_every = min(EXPLORE_MAX, 2 * self._explore_every)
+            return min((decision for _, decision in hopeful), key=lambda decision: decision.k)  # the cheapest try
+        return best
+
+    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
+        lookup = self.ngram.match(k) if k > 0 else []
+        decision = self.decide(k, lookup)
+        self.decisions.append(decision)
+        chosen: Drafter = self.ngram if decision.drafter == self.ngram.name else self.model if decision.drafter != "none" else self.ngram  # type: ignore[assignment]
+        self._chosen = chosen
+        start = time.perf_counter_ns()
+        self._draft = chosen.propose(decision.k, p_min, sampling, rng)
+        if chosen is self.model and self._draft.tokens:
+            self.costs.observe_draft((time.perf_counter_ns() - start) / 1e6 / len(self._draft.tokens))
+        self.decode_ns = sum(d.decode_ns for d in self._drafters())
+        return self._draft
+
+    def commit(self, n_accepted: int, token: int) -> None:
+        assert self._chosen is not None
+        accepted = self._draft.tokens[:n_accepted] + [token]
+        self._chosen.commit(n_accepted, token)
+        for drafter in self._drafters():
+            if drafter is not self._chosen:
+                drafter.follow(accepted)
+        if self._draft.tokens:
+            self.acceptance[self._chosen.name].observe(len(self._draft.tokens), n_accepted)
+        self._chosen = None
+
+    def follow(self, tokens: Sequence[int]) -> None:
+        for drafter in self._drafters():
+            drafter.follow(tokens)
+
+    def observe_verify(self, n_tokens: int, ms: float) -> None:
+        self.costs.observe_verify(n_tokens, ms)
