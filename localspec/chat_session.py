@@ -83,6 +83,7 @@ class AnswerResult:
     provenance: list[tuple[str, int]]
     finished: Finished
     snapshot: StatsSnapshot
+    status: str  # as stored in the history: complete, or stopped
 
 
 @dataclass
@@ -154,7 +155,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
         on_update(AnswerUpdate(pending, snapshot))
     status = "stopped" if finished.reason is StopReason.CANCELLED else "complete"
     history.finish_answer(message_id, transcript.text, status, finished.stats.to_dict(), transcript.runs)
-    return AnswerResult(transcript.text, transcript.runs, finished, snapshot)
+    return AnswerResult(transcript.text, transcript.runs, finished, snapshot, status)
 
 
 def conversation_counts(stats_dicts: list[dict]) -> tuple[int, int]:  # type: ignore[type-arg]

@@ -1,11 +1,13 @@
-"""The localspec app: chat with a pair while the statistics panel shows what speculation is doing."""
+"""The localspec app: chat with a pair while the statistics panel shows what speculation is doing.
+
+This module composes the screen and runs answers; the pair life cycle (download,
+load, device line) is PairControl's, the conversations are ConversationControl's.
+"""
 
 from __future__ import annotations
 
-import os
 import re
 import threading
-import time
 from functools import partial
 from pathlib import Path
 from typing import Iterable
@@ -15,37 +17,34 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, ListView
+from textual.widgets import Footer
 
 from localspec import paths
 from localspec.catalog import Catalog, CatalogError, load_catalog, parse_catalog, shipped_catalog_text, user_catalog_path
 from localspec.chat_session import LoadedPair, conversation_counts
-from localspec.device import resident_memory_bytes
 from localspec.engine.chat import Message as ChatMessage
-from localspec.engine.hardware import gpu_offload_supported
 from localspec.history import History, HistoryError
 from localspec.hub.config import HubConfig
-from localspec.hub.progress import format_bytes
-from localspec.pair_files import local_pair_paths, model_state
 from localspec.settings import Settings, load_settings, save_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
-from localspec.tui.conversation_list import ConversationItem, ConversationList
+from localspec.tui.conversation_control import ConversationControl
+from localspec.tui.conversation_list import ConversationList
 from localspec.tui.device_line import DeviceLine
-from localspec.tui.dialogs import ConfirmDialog, HelpScreen, TextDialog
-from localspec.tui.download_dialog import DownloadDialog
-from localspec.tui.message_view import MessageView
+from localspec.tui.dialogs import HelpScreen
+from localspec.tui.draw_pacer import DrawPacer
+from localspec.tui.message_view import MessageView, answer_note
 from localspec.tui.models_screen import ModelsScreen
+from localspec.tui.pair_control import PairControl
 from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
 
 LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads")  # changing these reloads the pair
-UI_CPU_SHARE_CONTENDED = 0.05
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
 
-class LocalspecApp(App[None]):
+class LocalspecApp(PairControl, ConversationControl, App[None]):
     CSS_PATH = "localspec.tcss"
     TITLE = "localspec"
     BINDINGS = [
@@ -71,13 +70,12 @@ class LocalspecApp(App[None]):
         self.catalog_file = catalog_file or user_catalog_path()
         self.settings = Settings()
         self.catalog: Catalog = parse_catalog(shipped_catalog_text(), "models.toml (shipped with localspec)")
-        self.history: History | None = None
+        self.history: History  # opened on mount
         self.loaded: LoadedPair | None = None
         self.loading_pair: str | None = None
         self.load_cancel: threading.Event | None = None
         self.answer_cancel: threading.Event | None = None
-        self.answer_drawn = threading.Event()
-        self._paced_at = (0.0, 0.0)  # (wall, main-thread CPU) at the last update
+        self.pacer = DrawPacer(1)
         self.streaming: MessageView | None = None
         self.conversation_id: int | None = None
         self.download_cancel: threading.Event | None = None
@@ -119,227 +117,27 @@ class LocalspecApp(App[None]):
         except CatalogError as exc:
             self.notify(f"{exc} Using the shipped pairs only.", severity="error", timeout=15)
 
-    # --- pairs: download, load ----------------------------------------------------------------------
-
-    def open_pair(self, pair_id: str) -> None:
-        pair = self.catalog.get(pair_id)
-        states = [model_state(self.hub_config, ref) for ref in (pair.target, pair.draft)]
-        if all(state.complete for state in states):
-            self.start_loading(pair_id)
-            return
-        if any(ref.is_local for ref in (pair.target, pair.draft)) and not all(s.complete for s in states if s.ref.is_local):
-            self.notify(f"Pair {pair_id!r} names a local file that is missing. Fix it in {pair.source}, or pick another pair (F2).", severity="error", timeout=15)
-            self.set_device_text(f"{pair_id}: missing local file · F2 to pick a pair")
-            return
-        size = sum((ref.size or 0) for ref, state in zip((pair.target, pair.draft), states) if not state.complete)
-        self.set_device_text(f"{pair_id} is not downloaded · F2 for models")
-
-        def answered(download: bool | None) -> None:
-            if download:
-                self.push_screen(DownloadDialog(pair), lambda ok: self.start_loading(pair_id) if ok else None)
-
-        self.push_screen(ConfirmDialog(f"{pair.title} is not downloaded yet ({format_bytes(size) if size else 'size unknown'}). Download it now?",
-                                       yes="Download"), answered)
-
-    def start_loading(self, pair_id: str) -> None:
-        if self.answer_cancel is not None:
-            self.notify("Stop the answer first (Esc), then switch pairs.", severity="warning")
-            return
-        if self.load_cancel is not None:
-            self.load_cancel.set()
-        pair = self.catalog.get(pair_id)
-        try:
-            target, draft = local_pair_paths(self.hub_config, pair)
-        except CatalogError as exc:
-            self.notify(str(exc), severity="error", timeout=10)
-            return
-        if self.loaded is not None:
-            self.loaded.close()
-            self.loaded = None
-        self.loading_pair = pair_id
-        self.load_cancel = cancel = threading.Event()
-        self.set_device_text(f"Loading {pair_id}… (Esc cancels)")
-        self.run_worker(partial(workers.load, self.post_message, pair, target, draft, self.settings, cancel),
-                        thread=True, group="load", name=f"load {pair_id}")
-
-    def on_pair_load_stage(self, message: m.PairLoadStage) -> None:
-        if message.pair_id == self.loading_pair:
-            self.set_device_text(f"Loading {message.pair_id}: {message.stage}… (Esc cancels)")
-
-    def on_pair_loaded(self, message: m.PairLoaded) -> None:
-        if message.loaded.pair.id != self.loading_pair:  # superseded by a later choice
-            message.loaded.close()
-            return
-        self.loaded, self.loading_pair, self.load_cancel = message.loaded, None, None
-        self.settings = self.settings.with_changes(last_pair=message.loaded.pair.id)
-        save_settings(self.settings, self.settings_path)
-        self.refresh_device_line()
-        self.notify(f"{message.loaded.pair.title} is ready.", timeout=3)
-
-    def on_pair_load_failed(self, message: m.PairLoadFailed) -> None:
-        if message.pair_id != self.loading_pair:
-            return
-        self.loading_pair, self.load_cancel = None, None
-        self.set_device_text(f"{message.pair_id} is not loaded · F2 to pick a pair")
-        self.notify(message.error, severity="error" if "cancelled" not in message.error else "information", timeout=15)
-
-    def set_device_text(self, text: str) -> None:
-        self.query_one(DeviceLine).show(text)
-
-    def refresh_device_line(self) -> None:
-        if self.loaded is None:
-            return
-        loaded = self.loaded
-        layers = " · ".join(f"{l.role} {l.on_gpu}/{l.total} layers on GPU" for l in loaded.layers)
-        offload = "GPU offload available" if gpu_offload_supported() else "no GPU offload"
-        self.set_device_text(f"{loaded.pair.id} · {loaded.backend} ({offload}) · {layers} · RAM {format_bytes(resident_memory_bytes())}")
-
-    # --- downloads (driven by the models screen or the first-run offer) -----------------------------
-
-    def start_download(self, pair_id: str) -> bool:
-        if self.download_cancel is not None:
-            self.notify(f"{self.downloading_pair} is downloading; cancel it first (x).", severity="warning")
-            return False
-        self.downloading_pair = pair_id
-        self.download_cancel = cancel = threading.Event()
-        self.run_worker(partial(workers.download, self.post_message, self.hub_config, self.catalog.get(pair_id), cancel),
-                        thread=True, group="download", name=f"download {pair_id}")
-        return True
-
-    def cancel_download(self) -> None:
-        if self.download_cancel is not None:
-            self.download_cancel.set()
-
-    def _forward(self, message: object) -> None:
-        """Download and check messages go to whichever screen shows them."""
-        for screen in reversed(self.screen_stack):
-            handler = getattr(screen, "receive", None)
-            if handler is not None:
-                handler(message)
-                return
-
-    def on_download_progressed(self, message: m.DownloadProgressed) -> None:
-        self._forward(message)
-
-    def on_download_done(self, message: m.DownloadDone) -> None:
-        self.download_cancel = self.downloading_pair = None
-        self.notify(f"{message.pair_id} is downloaded and verified.", timeout=5)
-        self._forward(message)
-
-    def on_download_failed(self, message: m.DownloadFailed) -> None:
-        self.download_cancel = self.downloading_pair = None
-        self.notify(message.error, severity="information" if message.cancelled else "error", timeout=15)
-        self._forward(message)
-
-    def on_check_done(self, message: m.CheckDone) -> None:
-        self._forward(message)
-
-    def on_check_failed(self, message: m.CheckFailed) -> None:
-        self.notify(message.error, severity="error", timeout=10)
-        self._forward(message)
-
-    # --- conversations -------------------------------------------------------------------------------
-
-    def show_conversation(self, conversation_id: int) -> None:
-        assert self.history is not None
-        self.conversation_id = conversation_id
-        self.query_one(ConversationList).show(self.history.conversations(), conversation_id)
-        container = self.query_one("#messages", VerticalScroll)
-        container.remove_children()
-        views = [MessageView(msg.role, msg.content, msg.provenance, msg.status, self._note(msg.pair_id, msg.stats),
-                             self.settings.tint_accepted, msg.id) for msg in self.history.messages(conversation_id)]
-        container.mount_all(views)
-        container.scroll_end(animate=False)
-
-    @staticmethod
-    def _note(pair_id: str | None, stats: dict) -> str:  # type: ignore[type-arg]
-        if not stats:
-            return pair_id or ""
-        n, ms = stats.get("predicted_n", 0), stats.get("predicted_ms", 0.0)
-        rate = f"{1000 * n / ms:.1f} tok/s" if ms else ""
-        drafted = stats.get("draft_n", 0)
-        accepted = f"{100 * stats.get('draft_n_accepted', 0) / drafted:.0f}% accepted" if drafted else "plain"
-        return " · ".join(part for part in (pair_id, rate, accepted) if part)
-
-    @on(ListView.Selected, "#sidebar")
-    def conversation_selected(self, event: ListView.Selected) -> None:
-        if isinstance(event.item, ConversationItem) and event.item.conversation.id != self.conversation_id:
-            if self.answer_cancel is not None:
-                self.notify("An answer is streaming: stop it (Esc) before switching.", severity="warning")
-                return
-            self.show_conversation(event.item.conversation.id)
-
-    def action_new_conversation(self) -> None:
-        if self.answer_cancel is not None:
-            self.notify("An answer is streaming: stop it (Esc) first.", severity="warning")
-            return
-        assert self.history is not None
-        self.show_conversation(self.history.create().id)
-        self.query_one(PromptInput).focus()
-
-    def action_rename_conversation(self) -> None:
-        assert self.history is not None and self.conversation_id is not None
-        conversation = self.history.conversation(self.conversation_id)
-
-        def renamed(title: str | None) -> None:
-            if title and title.strip() and self.history is not None and self.conversation_id is not None:
-                self.history.rename(self.conversation_id, title.strip())
-                self.query_one(ConversationList).show(self.history.conversations(), self.conversation_id)
-
-        self.push_screen(TextDialog("Rename this conversation", conversation.title), renamed)
-
-    def action_delete_conversation(self) -> None:
-        if self.answer_cancel is not None:
-            self.notify("An answer is streaming: stop it (Esc) first.", severity="warning")
-            return
-        assert self.history is not None and self.conversation_id is not None
-        conversation = self.history.conversation(self.conversation_id)
-
-        def confirmed(yes: bool | None) -> None:
-            if yes and self.history is not None:
-                self.history.delete(conversation.id)
-                remaining = self.history.conversations()
-                self.show_conversation(remaining[0].id if remaining else self.history.create().id)
-
-        self.push_screen(ConfirmDialog(f"Delete “{conversation.title}” and all its messages?", yes="Delete"), confirmed)
-
-    def action_edit_system_prompt(self) -> None:
-        assert self.history is not None and self.conversation_id is not None
-        conversation = self.history.conversation(self.conversation_id)
-
-        def edited(text: str | None) -> None:
-            if text is not None and self.history is not None and self.conversation_id is not None:
-                self.history.set_system_prompt(self.conversation_id, text)
-                self.notify("System prompt saved for this conversation.", timeout=3)
-
-        self.push_screen(TextDialog("System prompt for this conversation (Ctrl+S saves)", conversation.system_prompt, multiline=True), edited)
-
-    def action_toggle_sidebar(self) -> None:
-        sidebar = self.query_one("#sidebar")
-        sidebar.display = not sidebar.display
-
     # --- chatting ------------------------------------------------------------------------------------
 
     @on(PromptInput.Submitted)
     async def prompt_submitted(self, event: PromptInput.Submitted) -> None:
-        if self.answer_cancel is not None:
-            self.notify("An answer is streaming: wait, or stop it with Esc.", severity="warning")
+        if self.busy():
             return
         if self.loaded is None:
             self.notify("No pair is loaded yet" + (f" ({self.loading_pair} is loading)." if self.loading_pair else ": pick one with F2."), severity="warning")
             return
-        assert self.history is not None and self.conversation_id is not None
+        assert self.conversation_id is not None
         self.query_one(PromptInput).clear()
         message_id = self.history.add_user_message(self.conversation_id, event.text)
         conversation = self.history.conversation(self.conversation_id)
         if conversation.title == "New chat":
             self.history.rename(self.conversation_id, event.text.splitlines()[0][:40])
-            self.query_one(ConversationList).show(self.history.conversations(), self.conversation_id)
+            self.refresh_sidebar()
         await self.query_one("#messages", VerticalScroll).mount(MessageView("user", event.text, message_id=message_id))
         await self.start_answer()
 
     async def start_answer(self) -> None:
-        assert self.history is not None and self.conversation_id is not None and self.loaded is not None
+        assert self.conversation_id is not None and self.loaded is not None
         conversation = self.history.conversation(self.conversation_id)
         stored = self.history.messages(self.conversation_id)
         chat = ([ChatMessage("system", conversation.system_prompt)] if conversation.system_prompt else []) + [
@@ -354,36 +152,16 @@ class LocalspecApp(App[None]):
         container.scroll_end(animate=False)
         self.streaming = view
         self.answer_cancel = cancel = threading.Event()
-        self.answer_drawn = drawn = threading.Event()
-        drawn.set()
-        self._paced_at = (time.perf_counter(), time.thread_time())
-        self.run_worker(partial(workers.answer, self.post_message, self.loaded, chat, self.settings, self.history, message_id, cancel, counts, drawn),
-                        thread=True, group="answer", name="answer")
-
-    def ui_cpu_share(self) -> float:
-        """How much of one core drawing may take while an answer streams.
-
-        When llama.cpp's threads fill every core, each millisecond spent drawing is
-        taken from generation; the updates are then spaced so that drawing stays
-        near 5% of a core. With a core to spare, drawing runs at the full ten updates a second.
-        """
-        threads = self.loaded.engine.target.n_threads if self.loaded is not None else 1
-        return 1.0 if (os.cpu_count() or 1) > threads else UI_CPU_SHARE_CONTENDED
+        self.pacer = DrawPacer(self.loaded.engine.target.n_threads)
+        self.run_worker(partial(workers.answer, self.post_message, self.loaded, chat, self.settings, self.history, message_id, cancel,
+                                counts, self.pacer.drawn), thread=True, group="answer", name="answer")
 
     def _pace(self) -> None:
-        """Let the worker send its next update once drawing is back within its CPU share.
-
-        The main thread's CPU time since the last update (drawing it, and whatever
-        else the UI did) is weighed against the wall time that passed.
-        """
-        now, cpu = time.perf_counter(), time.thread_time()
-        used, elapsed = cpu - self._paced_at[1], now - self._paced_at[0]
-        self._paced_at = (now, cpu)
-        wait = used / self.ui_cpu_share() - elapsed
+        wait = self.pacer.wait_before_next()
         if wait > 0:
-            self.set_timer(wait, self.answer_drawn.set)
+            self.set_timer(wait, self.pacer.drawn.set)
         else:
-            self.answer_drawn.set()
+            self.pacer.drawn.set()
 
     async def on_answer_progress(self, message: m.AnswerProgress) -> None:
         if self.streaming is None or self.streaming.message_id != message.message_id:
@@ -401,9 +179,8 @@ class LocalspecApp(App[None]):
         if view is None or view.message_id != message.message_id:
             return
         result = message.result
-        status = "stopped" if result.finished.reason.value == "cancelled" else "complete"
-        note = self._note(self.loaded.pair.id if self.loaded else None, result.finished.stats.to_dict())
-        await view.finish(result.text, result.provenance, status, note)
+        note = answer_note(self.loaded.pair.id if self.loaded else None, result.finished.stats.to_dict())
+        await view.finish(result.text, result.provenance, result.status, note)
         self.query_one(StatsPanel).show(result.snapshot)
         if result.finished.message:
             self.notify(result.finished.message, severity="warning", timeout=10)
@@ -425,10 +202,12 @@ class LocalspecApp(App[None]):
             self.pop_screen()
 
     async def action_regenerate(self) -> None:
-        if self.answer_cancel is not None or self.loaded is None:
-            self.notify("Regenerate needs a loaded pair and no answer streaming.", severity="warning")
+        if self.busy():
             return
-        assert self.history is not None and self.conversation_id is not None
+        if self.loaded is None:
+            self.notify("Regenerate needs a loaded pair: pick one with F2.", severity="warning")
+            return
+        assert self.conversation_id is not None
         stored = self.history.messages(self.conversation_id)
         if not stored or stored[-1].role != "assistant":
             self.notify("There is no answer to regenerate yet.", severity="warning")

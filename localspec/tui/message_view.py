@@ -8,6 +8,8 @@ accepted draft tokens"); corrections and bonus tokens keep the normal colour.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -16,6 +18,15 @@ from textual.widgets._markdown import MarkdownStream
 
 ACCEPTED_STYLE = "on #1f3d2b"
 STATUS_NOTES = {"stopped": " · stopped", "interrupted": " · interrupted (the app closed mid-answer)", "error": " · failed"}
+
+
+def answer_note(pair_id: str | None, stats: dict[str, Any]) -> str:
+    """The header's summary of an answer, from its stored statistics (GenerationStats.to_dict)."""
+    if not stats:
+        return pair_id or ""
+    rate = f"{stats['predicted_per_second']:.1f} tok/s" if stats.get("predicted_per_second") else ""
+    accepted = f"{100 * stats['acceptance_rate']:.0f}% accepted" if stats.get("draft_n") else "plain"
+    return " · ".join(part for part in (pair_id, rate, accepted) if part)
 
 
 def tinted(text: str, runs: list[tuple[str, int]]) -> Text:

@@ -1,0 +1,141 @@
+"""The app's pair life cycle: offer a download, load in a worker, show the device line, run downloads.
+
+A mixin of LocalspecApp: it keeps the app's own attributes (catalog, settings,
+loaded pair), and the worker messages it handles are the app's.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+
+from localspec.catalog import CatalogError
+from localspec.device import resident_memory_bytes
+from localspec.engine.hardware import gpu_offload_supported
+from localspec.hub.progress import format_bytes
+from localspec.pair_files import local_pair_paths, model_state
+from localspec.settings import save_settings
+from localspec.tui import messages as m
+from localspec.tui import workers
+from localspec.tui.device_line import DeviceLine
+from localspec.tui.dialogs import ConfirmDialog
+from localspec.tui.download_dialog import DownloadDialog
+
+class PairControl:
+    def open_pair(self, pair_id: str) -> None:
+        """Load the pair if its files are here; else offer to download it."""
+        pair = self.catalog.get(pair_id)
+        states = [model_state(self.hub_config, ref) for ref in (pair.target, pair.draft)]
+        if all(state.complete for state in states):
+            self.start_loading(pair_id)
+            return
+        if any(ref.is_local for ref in (pair.target, pair.draft)) and not all(s.complete for s in states if s.ref.is_local):
+            self.notify(f"Pair {pair_id!r} names a local file that is missing. Fix it in {pair.source}, or pick another pair (F2).", severity="error", timeout=15)
+            self.set_device_text(f"{pair_id}: missing local file · F2 to pick a pair")
+            return
+        size = sum((ref.size or 0) for ref, state in zip((pair.target, pair.draft), states) if not state.complete)
+        self.set_device_text(f"{pair_id} is not downloaded · F2 for models")
+
+        def answered(download: bool | None) -> None:
+            if download:
+                self.push_screen(DownloadDialog(pair), lambda ok: self.start_loading(pair_id) if ok else None)
+
+        self.push_screen(ConfirmDialog(f"{pair.title} is not downloaded yet ({format_bytes(size) if size else 'size unknown'}). Download it now?",
+                                       yes="Download"), answered)
+
+    def start_loading(self, pair_id: str) -> None:
+        if self.answer_cancel is not None:
+            self.notify("Stop the answer first (Esc), then switch pairs.", severity="warning")
+            return
+        if self.load_cancel is not None:
+            self.load_cancel.set()
+        pair = self.catalog.get(pair_id)
+        try:
+            target, draft = local_pair_paths(self.hub_config, pair)
+        except CatalogError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+        if self.loaded is not None:
+            self.loaded.close()
+            self.loaded = None
+        self.loading_pair = pair_id
+        self.load_cancel = cancel = threading.Event()
+        self.set_device_text(f"Loading {pair_id}… (Esc cancels)")
+        self.run_worker(partial(workers.load, self.post_message, pair, target, draft, self.settings, cancel),
+                        thread=True, group="load", name=f"load {pair_id}")
+
+    def on_pair_load_stage(self, message: m.PairLoadStage) -> None:
+        if message.pair_id == self.loading_pair:
+            self.set_device_text(f"Loading {message.pair_id}: {message.stage}… (Esc cancels)")
+
+    def on_pair_loaded(self, message: m.PairLoaded) -> None:
+        if message.loaded.pair.id != self.loading_pair:  # superseded by a later choice
+            message.loaded.close()
+            return
+        self.loaded, self.loading_pair, self.load_cancel = message.loaded, None, None
+        self.settings = self.settings.with_changes(last_pair=message.loaded.pair.id)
+        save_settings(self.settings, self.settings_path)
+        self.refresh_device_line()
+        self.notify(f"{message.loaded.pair.title} is ready.", timeout=3)
+
+    def on_pair_load_failed(self, message: m.PairLoadFailed) -> None:
+        if message.pair_id != self.loading_pair:
+            return
+        self.loading_pair, self.load_cancel = None, None
+        self.set_device_text(f"{message.pair_id} is not loaded · F2 to pick a pair")
+        self.notify(message.error, severity="error" if "cancelled" not in message.error else "information", timeout=15)
+
+    def set_device_text(self, text: str) -> None:
+        self.query_one(DeviceLine).show(text)
+
+    def refresh_device_line(self) -> None:
+        if self.loaded is None:
+            return
+        loaded = self.loaded
+        layers = " · ".join(f"{l.role} {l.on_gpu}/{l.total} layers on GPU" for l in loaded.layers)
+        offload = "GPU offload available" if gpu_offload_supported() else "no GPU offload"
+        self.set_device_text(f"{loaded.pair.id} · {loaded.backend} ({offload}) · {layers} · RAM {format_bytes(resident_memory_bytes())}")
+
+    # --- downloads (driven by the models screen or the first-run offer) -----------------------------
+
+    def start_download(self, pair_id: str) -> bool:
+        if self.download_cancel is not None:
+            self.notify(f"{self.downloading_pair} is downloading; cancel it first (x).", severity="warning")
+            return False
+        self.downloading_pair = pair_id
+        self.download_cancel = cancel = threading.Event()
+        self.run_worker(partial(workers.download, self.post_message, self.hub_config, self.catalog.get(pair_id), cancel),
+                        thread=True, group="download", name=f"download {pair_id}")
+        return True
+
+    def cancel_download(self) -> None:
+        if self.download_cancel is not None:
+            self.download_cancel.set()
+
+    def _forward(self, message: object) -> None:
+        """Download and check messages go to whichever screen shows them."""
+        for screen in reversed(self.screen_stack):
+            handler = getattr(screen, "receive", None)
+            if handler is not None:
+                handler(message)
+                return
+
+    def on_download_progressed(self, message: m.DownloadProgressed) -> None:
+        self._forward(message)
+
+    def on_download_done(self, message: m.DownloadDone) -> None:
+        self.download_cancel = self.downloading_pair = None
+        self.notify(f"{message.pair_id} is downloaded and verified.", timeout=5)
+        self._forward(message)
+
+    def on_download_failed(self, message: m.DownloadFailed) -> None:
+        self.download_cancel = self.downloading_pair = None
+        self.notify(message.error, severity="information" if message.cancelled else "error", timeout=15)
+        self._forward(message)
+
+    def on_check_done(self, message: m.CheckDone) -> None:
+        self._forward(message)
+
+    def on_check_failed(self, message: m.CheckFailed) -> None:
+        self.notify(message.error, severity="error", timeout=10)
+        self._forward(message)
