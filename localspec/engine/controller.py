@@ -21,6 +21,7 @@ from localspec.engine.drafter import Draft, Drafter, ModelDrafter
 from localspec.engine.model import Model
 from localspec.engine.ngram import NgramDrafter
 from localspec.engine.sampling import SamplingParams
+from localspec.engine.stats import GenerationStats
 
 DECAY = 0.97  # per observation: the last ~30 steps weigh most
 EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losing...
@@ -151,7 +152,7 @@ class AutoDrafter:
         self.acceptance: dict[str, AcceptanceModel] = {self.ngram.name: AcceptanceModel(prior=0.5)}
         if model is not None:
             self.acceptance[model.name] = AcceptanceModel(prior=0.7)
-        self.decisions: list[Decision] = []
+        self.last_decision = Decision("none", 0, 1.0)
         self._chosen: Drafter | None = None
         self._draft = Draft()
         self._since_explore = 0
@@ -164,7 +165,6 @@ class AutoDrafter:
         for drafter in self._drafters():
             drafter.start(prompt)
             drafter.decode_ns = 0  # the prompt is the decoder's to time, as for any drafter
-        self.decisions = []
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
 
@@ -202,8 +202,9 @@ class AutoDrafter:
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.match(k) if k > 0 else []
         decision = self.decide(k, lookup)
-        self.decisions.append(decision)
-        chosen: Drafter = self.ngram if decision.drafter == self.ngram.name else self.model if decision.drafter != "none" else self.ngram  # type: ignore[assignment]
+        self.last_decision = decision
+        # "none" asks the n-gram drafter for zero tokens: it proposes nothing and keeps its index current.
+        chosen: Drafter = self.model if self.model is not None and decision.drafter == self.model.name else self.ngram
         self._chosen = chosen
         start = time.perf_counter_ns()
         self._draft = chosen.propose(decision.k, p_min, sampling, rng)
@@ -227,5 +228,8 @@ class AutoDrafter:
         for drafter in self._drafters():
             drafter.follow(tokens)
 
-    def observe_verify(self, n_tokens: int, ms: float) -> None:
-        self.costs.observe_verify(n_tokens, ms)
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
+        """Learn the verify cost, and report this step's choice and prediction in the statistics."""
+        self.costs.observe_verify(n_verified, verify_ms)
+        decision = self.last_decision
+        stats.record_decision("none" if decision.k == 0 else f"{decision.drafter} K={decision.k}", decision.predicted_tokens)

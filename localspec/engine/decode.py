@@ -19,7 +19,6 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 
 from localspec.engine import defaults
-from localspec.engine.controller import AutoDrafter
 from localspec.engine.drafter import Draft, Drafter, NoDrafter
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
@@ -138,10 +137,7 @@ class Decoder:
         self.target.truncate(n_past + 1 + verdict.n_accepted)
         self.drafter.commit(verdict.n_accepted, verdict.token)
         t3 = time.perf_counter_ns()
-        if isinstance(self.drafter, AutoDrafter):  # the controller learns the costs and reports its choice
-            self.drafter.observe_verify(len(draft.tokens) + 1, (t2 - t1) / 1e6)
-            decision = self.drafter.decisions[-1]
-            stats.record_decision("none" if decision.k == 0 else f"{decision.drafter} K={decision.k}", decision.predicted_tokens)
+        self.drafter.observe_step(len(draft.tokens) + 1, (t2 - t1) / 1e6, stats)
         stats.record_step(len(draft.tokens), verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6)
         return draft, verdict, margins
 

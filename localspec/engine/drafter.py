@@ -18,6 +18,7 @@ import numpy as np
 
 from localspec.engine.model import Model
 from localspec.engine.sampling import Distribution, SamplingParams, distribution, greedy_with_confidence
+from localspec.engine.stats import GenerationStats
 
 
 @dataclass
@@ -43,6 +44,9 @@ class Drafter(Protocol):
     def follow(self, tokens: Sequence[int]) -> None:
         """Another drafter proposed this step: the accepted text grew by `tokens`."""
 
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
+        """The target verified `n_verified` tokens in `verify_ms`; a drafter that learns costs, or reports choices, does it here."""
+
 
 class NoDrafter:
     """Plain decoding: proposes nothing, so every step is one target token."""
@@ -60,6 +64,9 @@ class NoDrafter:
         pass
 
     def follow(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
         pass
 
 
@@ -133,6 +140,9 @@ class ModelDrafter:
     def follow(self, tokens: Sequence[int]) -> None:
         """Accepted text this drafter did not propose: decoded lazily, in one batch, the next time it drafts."""
         self._pending += list(tokens)
+
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
+        pass
 
     @property
     def pending_tokens(self) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 
 from localspec.engine.drafter import Draft
 from localspec.engine.sampling import Distribution, SamplingParams
+from localspec.engine.stats import GenerationStats
 
 NGRAM_MIN = 2
 NGRAM_MAX = 4
@@ -74,3 +75,6 @@ class NgramDrafter:
 
     def follow(self, tokens: Sequence[int]) -> None:
         self._extend(tokens)
+
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
+        pass
