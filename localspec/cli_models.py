@@ -15,7 +15,9 @@ from localspec.catalog import Catalog, CatalogError, ModelRef, Pair, load_catalo
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
 from localspec.hub.progress import format_bytes
-from localspec.pair_files import HeaderReport, PairCheck, check_pair_headers, model_state, pull_pair, remove_pair, requests_for
+from localspec.pair_files import (
+    HeaderReport, PairCheck, check_pair_headers, download_status, pair_states, pull_pair, remove_pair, requests_for,
+)
 from localspec.progress_bar import ProgressBar
 
 
@@ -52,7 +54,7 @@ def _pull(config: HubConfig, args: argparse.Namespace) -> int:
         print(paths[0])
         return 0
     pair = load_catalog().get(args.name)
-    if not args.skip_check and not all(model_state(config, r).complete for r in (pair.target, pair.draft)):
+    if not args.skip_check and download_status(pair_states(config, pair)) != "yes":
         result = check_pair_headers(config, pair.target, pair.draft)
         _print_check(result)
         if not result.compatible:
@@ -65,8 +67,8 @@ def _pull(config: HubConfig, args: argparse.Namespace) -> int:
 def _list(config: HubConfig, catalog: Catalog) -> int:
     print(f"{'':2}{'pair':<30} {'downloaded':<12} {'on disk':>9} {'needs':>9}  tags")
     for pair in catalog.pairs.values():
-        states = [model_state(config, ref) for ref in (pair.target, pair.draft)]
-        status = "yes" if all(s.complete for s in states) else "target only" if states[0].complete else "draft only" if states[1].complete else "no"
+        states = pair_states(config, pair)
+        status = download_status(states)
         on_disk = sum(s.bytes_on_disk for s in states)
         needs = f"{pair.memory_gib:.1f} GiB" if pair.memory_gib else "?"
         marker = "* " if pair.id == catalog.default_id else "  "

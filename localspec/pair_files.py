@@ -53,6 +53,18 @@ def model_state(config: HubConfig, ref: ModelRef) -> ModelState:
     return ModelState(ref, present, missing)
 
 
+def pair_states(config: HubConfig, pair: Pair) -> tuple[ModelState, ModelState]:
+    return model_state(config, pair.target), model_state(config, pair.draft)
+
+
+def download_status(states: tuple[ModelState, ModelState]) -> str:
+    """"yes", "target only", "draft only" or "no": what `list` and the models screen show."""
+    target, draft = states
+    if target.complete and draft.complete:
+        return "yes"
+    return "target only" if target.complete else "draft only" if draft.complete else "no"
+
+
 def local_pair_paths(config: HubConfig, pair: Pair) -> tuple[Path, Path]:
     """The target's and the draft's first files, or an error that says how to get them."""
     found = []

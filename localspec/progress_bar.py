@@ -5,28 +5,17 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from localspec.hub.progress import DownloadProgress, Phase, format_bytes, format_eta
+from localspec.hub.progress import DownloadProgress, Phase, describe
 
 BAR_WIDTH = 24
 
 
 def render(progress: DownloadProgress, width: int = BAR_WIDTH) -> str:
     """`[2/3] name  ███████░░░  412.0 MB / 1.1 GB  38.1 MB/s  ETA 00:18  (total 40%)`"""
-    name = progress.label.rsplit("/", 1)[-1]
     fraction = progress.file_done / progress.file_total if progress.file_total else 0.0
     filled = int(round(fraction * width))
-    bar = "█" * filled + "░" * (width - filled)
-    sizes = f"{format_bytes(progress.file_done)} / {format_bytes(progress.file_total)}" if progress.file_total else format_bytes(progress.file_done)
-    line = f"[{progress.file_index}/{progress.file_count}] {name}  {bar}  {sizes}"
-    if progress.phase is Phase.DOWNLOADING:
-        line += f"  {format_bytes(progress.bytes_per_second)}/s  ETA {format_eta(progress.eta_seconds)}"
-    elif progress.phase is Phase.CHECKING:
-        line += "  checking"
-    elif progress.phase is Phase.RETRYING:
-        line += "  connection lost, resuming"
-    if progress.total_total:
-        line += f"  (total {100 * progress.total_done / progress.total_total:.0f}%)"
-    return line
+    head, tail = describe(progress)
+    return f"{head}  {'█' * filled + '░' * (width - filled)}  {tail}"
 
 
 class ProgressBar:

@@ -70,3 +70,16 @@ def format_eta(seconds: float | None) -> str:
     seconds = int(seconds)
     hours, rest = divmod(seconds, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
+
+
+def describe(progress: DownloadProgress) -> tuple[str, str]:
+    """The words around a progress bar: `[2/3] name`, and `412.0 MB / 1.1 GB  38.1 MB/s  ETA 00:18  (total 40%)`."""
+    head = f"[{progress.file_index}/{progress.file_count}] {progress.label.rsplit('/', 1)[-1]}"
+    sizes = f"{format_bytes(progress.file_done)} / {format_bytes(progress.file_total)}" if progress.file_total else format_bytes(progress.file_done)
+    detail = {
+        Phase.CHECKING: "checking",
+        Phase.RETRYING: "connection lost, resuming",
+        Phase.DONE: "done",
+    }.get(progress.phase, f"{format_bytes(progress.bytes_per_second)}/s  ETA {format_eta(progress.eta_seconds)}")
+    total = f"  (total {100 * progress.total_done / progress.total_total:.0f}%)" if progress.total_total else ""
+    return head, f"{sizes}  {detail}{total}"

@@ -10,7 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Label, ProgressBar
 
 from localspec.catalog import Pair
-from localspec.hub.progress import DownloadProgress, Phase, format_bytes, format_eta
+from localspec.hub.progress import DownloadProgress, describe
 from localspec.tui import messages as m
 
 
@@ -24,17 +24,9 @@ class DownloadView(Widget):
         yield ProgressBar(total=100, show_eta=False, classes="download-bar")
 
     def show(self, progress: DownloadProgress) -> None:
-        name = progress.label.rsplit("/", 1)[-1]
-        sizes = f"{format_bytes(progress.file_done)} / {format_bytes(progress.file_total)}" if progress.file_total else format_bytes(progress.file_done)
-        detail = {
-            Phase.CHECKING: "checking",
-            Phase.RETRYING: "connection lost, resuming",
-            Phase.DONE: "done",
-        }.get(progress.phase, f"{format_bytes(progress.bytes_per_second)}/s · ETA {format_eta(progress.eta_seconds)}")
-        total = f" · total {100 * progress.total_done / progress.total_total:.0f}%" if progress.total_total else ""
-        self.query_one(Label).update(f"[{progress.file_index}/{progress.file_count}] {name}  {sizes}  {detail}{total}")
-        bar = self.query_one(ProgressBar)
-        bar.update(total=progress.file_total or 100, progress=progress.file_done if progress.file_total else 0)
+        head, tail = describe(progress)
+        self.query_one(Label).update(f"{head}  {tail}")
+        self.query_one(ProgressBar).update(total=progress.file_total or 100, progress=progress.file_done if progress.file_total else 0)
 
 
 class DownloadDialog(ModalScreen[bool]):

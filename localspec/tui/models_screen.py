@@ -14,7 +14,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 from localspec.catalog import CatalogError, Pair
 from localspec.catalog_edit import add_user_pair
 from localspec.hub.progress import format_bytes
-from localspec.pair_files import PairCheck, model_state
+from localspec.pair_files import PairCheck, download_status, pair_states
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.download_dialog import DownloadView
@@ -71,8 +71,7 @@ class ModelsScreen(Screen[None]):
         selected = table.cursor_row
         table.clear()
         for pair in app.catalog.pairs.values():  # type: ignore[attr-defined]
-            states = [model_state(app.hub_config, ref) for ref in (pair.target, pair.draft)]  # type: ignore[attr-defined]
-            status = "yes" if all(s.complete for s in states) else "partly" if any(s.complete for s in states) else "no"
+            status = download_status(pair_states(app.hub_config, pair))  # type: ignore[attr-defined]
             if pair.id == app.downloading_pair:  # type: ignore[attr-defined]
                 status = "downloading"
             size = sum(ref.size or 0 for ref in (pair.target, pair.draft))
@@ -114,7 +113,7 @@ class ModelsScreen(Screen[None]):
         pair = self.selected_pair()
         if pair is None:
             return
-        if all(model_state(self.app.hub_config, ref).complete for ref in (pair.target, pair.draft)):  # type: ignore[attr-defined]
+        if download_status(pair_states(self.app.hub_config, pair)) == "yes":  # type: ignore[attr-defined]
             self.notify(f"{pair.id} is already downloaded.", timeout=3)
             return
         if self.app.start_download(pair.id):  # type: ignore[attr-defined]
