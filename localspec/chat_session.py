@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from localspec import paths
 from localspec.catalog import Pair
 from localspec.device import OffloadedLayers, backend_name, offloaded_layers
+from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
@@ -44,7 +46,8 @@ class LoadedPair:
 def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
               on_stage: Callable[[str], None], cancel: threading.Event) -> LoadedPair:
     """Load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
-    config = EngineConfig(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers, settings.threads)
+    config = EngineConfig(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers, settings.threads,
+                          self_draft_dir=paths.cache_dir() / "self-drafts", self_draft_layers=settings.self_draft_layers)
     engine = Engine(config, on_stage, cancel)
     try:
         on_stage("timing plain decoding")
@@ -105,10 +108,9 @@ class _Transcript:
         return "".join(self.parts)
 
 
-def generation_config(settings: Settings, drafting: bool) -> GenerationConfig:
+def generation_config(settings: Settings, draft_max: int) -> GenerationConfig:
     sampling = SamplingParams(settings.temperature, settings.top_k, settings.top_p, settings.min_p, settings.seed)
-    return GenerationConfig(max_tokens=settings.max_tokens, sampling=sampling,
-                            draft_max=settings.draft_max if drafting else 0, draft_p_min=settings.draft_p_min)
+    return GenerationConfig(max_tokens=settings.max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=settings.draft_p_min)
 
 
 def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Settings, history: History, message_id: int,
@@ -121,9 +123,11 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     queue, so drawing never falls behind and never takes CPU the models need.
     """
     engine = loaded.engine
-    drafter = settings.drafter if engine.draft is not None or settings.drafter in ("ngram", "none") else "none"
-    drafting = drafter != "none" and settings.draft_max > 0
-    decoder: Decoder = engine.decoder(drafter if drafting else "none")
+    drafter = "none" if engine.draft is None and settings.drafter in defaults.DRAFTERS_WITH_DRAFT_MODEL else settings.drafter
+    draft_max = settings.draft_max if settings.draft_max is not None else defaults.draft_max_for(drafter, loaded.pair.draft_max)
+    if drafter == "none" or draft_max == 0:
+        drafter, draft_max = "none", 0
+    decoder: Decoder = engine.decoder(drafter)
     prompt = chat_prompt_tokens(engine.target, messages)
     live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
     transcript = _Transcript()
@@ -131,7 +135,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     last_update = last_save = time.perf_counter()
     finished: Finished | None = None
     try:
-        for event in decoder.generate(prompt, generation_config(settings, drafting), cancel):
+        for event in decoder.generate(prompt, generation_config(settings, draft_max), cancel):
             if isinstance(event, Finished):
                 finished = event
                 break

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from localspec import __version__
+from localspec import __version__, paths
 from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
 from localspec.engine import defaults
 from localspec.errors import LocalspecError
@@ -47,9 +47,11 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_draft_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("speculation")
-    group.add_argument("--drafter", choices=["model", "auto", "ngram", "none"], default="model",
-                       help="model: the draft model; ngram: prompt lookup; auto: the adaptive controller picks per step; none: plain")
-    group.add_argument("--draft-max", type=int, help=f"most tokens drafted per step, K (default: the pair's, else {defaults.DRAFT_MAX})")
+    group.add_argument("--drafter", choices=list(defaults.DRAFTERS), default=defaults.DRAFTER, metavar="NAME",
+                       help="; ".join(f"{name}: {what}" for name, what in defaults.DRAFTERS.items()) + f" (default {defaults.DRAFTER})")
+    group.add_argument("--self-layers", type=int, help="blocks of the target the self drafter keeps (default: a quarter)")
+    group.add_argument("--draft-max", type=int, help=f"most tokens drafted per step, K (default: {defaults.AUTO_DRAFT_MAX} for auto; "
+                                                      f"else the pair's, else {defaults.DRAFT_MAX})")
     group.add_argument("--draft-p-min", type=float, help=f"stop drafting below this draft confidence (default: the pair's, else {defaults.DRAFT_P_MIN})")
 
 
@@ -89,7 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="plain against speculative decoding, side by side in one run")
     _add_model_args(bench)
     bench.add_argument("--prompts", type=Path, help="JSONL prompt set (default: the bundled set)")
-    bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8)")
+    bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8); auto's cap is the largest")
+    bench.add_argument("--drafters", help="comma-separated fixed drafters to sweep (default: all the pair can run; auto always runs)")
+    bench.add_argument("--temperature", type=float, default=0.0,
+                       help="0 (default) checks every mode against plain output; above 0 also compares speculative sampling with sample-and-match")
+    bench.add_argument("--seed", type=int, default=0, help="at temperature > 0, prompt i samples with seed+i in every mode (default 0)")
+    bench.add_argument("--charts", type=Path, default=Path("."), help="directory for the two PNG charts (default: here)")
     bench.add_argument("--draft-p-min", type=float, help=f"localspec's draft p-min (default: the pair's, else {defaults.DRAFT_P_MIN})")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")
@@ -101,8 +108,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--llama-cpp-bin", type=Path, help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
 
+    make_draft = commands.add_parser("make-draft", help="cut a self-speculative draft from a target: its first N blocks and its output head")
+    make_draft.add_argument("target", type=Path, metavar="TARGET.gguf")
+    make_draft.add_argument("out", type=Path, metavar="OUT.gguf")
+    make_draft.add_argument("--layers", type=int, required=True, help="how many of the target's blocks the draft keeps")
+
     _add_model_commands(commands)
     return parser
+
+
+def run_make_draft(args: argparse.Namespace) -> int:
+    from localspec.engine.self_draft import make_self_draft
+
+    if args.out.exists():
+        raise LocalspecError(f"{args.out} already exists: choose another name, or delete it first.")
+    made = make_self_draft(args.target, args.out, args.layers)
+    print(f"wrote {made.path}: the first {made.n_layers} of {made.of_layers} blocks, {made.size_bytes / 1e6:.0f} MB")
+    print(f"use it as a draft: localspec generate --target {args.target} --draft {made.path} --drafter model --prompt ...")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "generate":
             resolve_models(args)
             return run_generate(args)
+        if args.command == "make-draft":
+            return run_make_draft(args)
         if args.command == "bench":
             from localspec.bench.runner import run_bench
 
@@ -153,7 +178,7 @@ def resolve_models(args: argparse.Namespace) -> None:
     if args.draft_p_min is None:
         args.draft_p_min = pair.draft_p_min if pair and pair.draft_p_min is not None else defaults.DRAFT_P_MIN
     if args.command == "generate" and args.draft_max is None:  # bench sweeps its own list of K
-        args.draft_max = pair.draft_max if pair and pair.draft_max is not None else defaults.DRAFT_MAX
+        args.draft_max = defaults.draft_max_for(args.drafter, pair.draft_max if pair else None)
 
 
 def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True) -> EngineConfig:
@@ -166,6 +191,8 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True) -
         target_gpu_layers=args.target_gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
         n_threads=args.threads,
+        self_draft_dir=paths.cache_dir() / "self-drafts",
+        self_draft_layers=getattr(args, "self_layers", None),
     )
 
 
@@ -189,7 +216,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from localspec.engine.engine import Engine
     from localspec.engine.events import Finished, TokenEvent
 
-    if args.no_draft or (args.draft is None and args.drafter == "model"):  # no draft model: plain decoding
+    if args.no_draft:
         args.drafter, args.draft_max = "none", 0
     config = generation_config_from_args(args, args.draft_max)
     with Engine(engine_config_from_args(args, with_draft=not args.no_draft)) as engine:

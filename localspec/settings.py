@@ -16,8 +16,6 @@ from localspec import paths
 from localspec.engine import defaults
 from localspec.errors import LocalspecError
 
-DRAFTERS = ("model", "auto", "ngram", "none")  # the engine's drafters (see Engine.decoder)
-
 
 class SettingsError(LocalspecError):
     """A setting with a value the engine cannot use."""
@@ -25,8 +23,8 @@ class SettingsError(LocalspecError):
 
 @dataclass(frozen=True)
 class Settings:
-    drafter: str = "model"
-    draft_max: int = defaults.DRAFT_MAX
+    drafter: str = defaults.DRAFTER
+    draft_max: int | None = None  # None: defaults.draft_max_for(drafter, the pair's recommendation)
     draft_p_min: float = defaults.DRAFT_P_MIN
     temperature: float = defaults.TEMPERATURE
     top_k: int = defaults.TOP_K
@@ -38,13 +36,14 @@ class Settings:
     target_gpu_layers: int | None = None  # None: all when offload works
     draft_gpu_layers: int | None = None
     threads: int | None = None  # None: physical cores
+    self_draft_layers: int | None = None  # the self drafter's blocks (None: a quarter of the target's)
     last_pair: str | None = None
     tint_accepted: bool = False  # Markdown by default; Ctrl+T shows the provenance tint
 
     def validate(self) -> Settings:
         checks = [
-            (self.drafter in DRAFTERS, f"drafter must be one of {', '.join(DRAFTERS)}"),
-            (0 <= self.draft_max <= 32, "draft-max must be 0 to 32"),
+            (self.drafter in defaults.DRAFTERS, f"drafter must be one of {', '.join(defaults.DRAFTERS)}"),
+            (self.draft_max is None or 0 <= self.draft_max <= 32, "draft-max must be 0 to 32"),
             (0.0 <= self.draft_p_min <= 1.0, "draft p-min must be 0 to 1"),
             (self.temperature >= 0.0, "temperature must be 0 or more"),
             (self.top_k >= 0, "top-k must be 0 (off) or more"),
@@ -53,6 +52,7 @@ class Settings:
             (self.max_tokens >= 1, "max tokens must be 1 or more"),
             (self.n_ctx >= 256, "context size must be 256 or more"),
             (self.threads is None or self.threads >= 1, "threads must be 1 or more"),
+            (self.self_draft_layers is None or self.self_draft_layers >= 1, "self-draft layers must be 1 or more"),
         ]
         for ok, message in checks:
             if not ok:

@@ -96,7 +96,7 @@ def plain_text(target: Path, prompt: str, max_tokens: int) -> str:
 
 @run_async
 async def test_a_prompt_streams_the_targets_own_text_and_the_statistics(setup: Setup, tiny):
-    setup.write(local_pair("tiny", tiny["target"], tiny["same"]), last_pair="tiny", max_tokens=40)
+    setup.write(local_pair("tiny", tiny["target"], tiny["same"]), last_pair="tiny", max_tokens=40, drafter="model")
     app = setup.app()
     async with app.run_test(size=(120, 40)) as pilot:
         view = await ask(pilot, app, "hello there")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,26 +14,61 @@ from localspec.engine.cost_model import StepCosts, draft_length_distribution, ex
 from localspec.engine.errors import EngineError
 
 
-def test_bench_reports_every_mode_and_writes_json(tmp_path, tiny):
-    out = tmp_path / "bench.json"
-    result = subprocess.run(
+def bench(tmp_path, tiny, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the self drafter's cut draft goes there
+    return subprocess.run(
         [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]),
-         "--draft-max", "2,4", "--max-tokens", "24", "--margins", "--json", str(out), "--llama-cpp-bin", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+         "--max-tokens", "24", "--charts", str(tmp_path / "charts"), *args],
+        capture_output=True, text=True, timeout=600, env=env,
     )
+
+
+def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
+    out = tmp_path / "bench.json"
+    result = bench(tmp_path, tiny, "--draft-max", "2,4", "--margins", "--json", str(out), "--llama-cpp-bin", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert "Per prompt" in result.stdout and "Overall" in result.stdout and "By category" in result.stdout
+    for section in ("Per prompt", "Overall", "By category", "auto's decisions", "auto's slowest prompt"):
+        assert section in result.stdout
     # No llama.cpp tools in that directory: our measurements stand, and the report says why the comparison is missing.
     assert f"llama.cpp comparison skipped: {tmp_path / 'llama-bench'} not found" in result.stdout
     data = json.loads(out.read_text())
     prompts = load_prompts(None)
-    assert len(data["measurements"]) == len(prompts) * 3
+    labels = [mode["label"] for mode in data["modes"]]
+    expected = ["plain"] + [f"{d} K={k}" for d in ("model", "ngram", "hybrid", "hierarchical", "tree", "self") for k in (2, 4)] + ["auto K≤4"]
+    assert labels == expected
+    assert len(data["measurements"]) == len(prompts) * len(labels)
     for m in data["measurements"]:
-        assert m["departs_at"] is None  # an identical draft is lossless everywhere
+        assert m["departs_at"] is None, m["mode"]  # every drafter is lossless here
         assert len(m["margins"]) == len(m["tokens"]) and min(m["margins"]) >= 0.0
-        if m["k"]:
-            assert m["stats"]["acceptance_rate"] == 1.0
-    assert {p["category"] for p in data["prompts"]} >= {"code-writing", "code-editing", "chat", "creative"}
+        if m["drafter"] == "model":
+            assert m["stats"]["acceptance_rate"] == 1.0  # an identical draft
+    assert {p["category"] for p in data["prompts"]} >= {"code-writing", "code-editing", "chat", "creative", "repetition-chat"}
+    for chart in ("bench-speed.png", "bench-acceptance.png"):
+        path = tmp_path / "charts" / chart
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"chart: {path}" in result.stdout
+
+
+def test_bench_at_a_temperature_compares_speculative_sampling_with_sample_and_match(tmp_path, tiny):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "tell me everything"}\n{"id": "b", "prompt": "the cat sat on the mat"}\n')
+    out = tmp_path / "bench.json"
+    result = bench(tmp_path, tiny, "--draft-max", "3", "--drafters", "model", "--temperature", "0.7", "--prompts", str(prompts),
+                   "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "Verification at the same temperature, prompts and seeds" in result.stdout
+    assert "K=3: speculative sampling" in result.stdout and "sample-and-match" in result.stdout
+    data = json.loads(out.read_text())
+    assert [mode["label"] for mode in data["modes"]] == ["plain", "model K=3", "auto K≤3", "model K=3 sample-match"]
+    assert all(m["departs_at"] is None for m in data["measurements"])  # not judged against plain at temperature > 0
+    seeds = {m["prompt"]: set() for m in data["measurements"]}
+    for m in data["measurements"]:
+        seeds[m["prompt"]].add(m["stats"]["seed"])
+    assert seeds == {"a": {0}, "b": {1}}  # every mode of a prompt sampled with the same seed
+
+
+def test_bench_refuses_unknown_drafters(tmp_path, tiny):
+    result = bench(tmp_path, tiny, "--drafters", "model,magic")
+    assert result.returncode == 2 and "--drafters takes a comma-separated list" in result.stderr
 
 
 def test_prompt_file_errors_name_the_line(tmp_path):

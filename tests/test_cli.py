@@ -24,7 +24,7 @@ def test_version_from_the_module_and_the_script():
 
 def test_generate_json_matches_the_engine(tiny):
     args = ["generate", "--target", str(tiny["target"]), "--draft", str(tiny["near"]), "--prompt", "hello there"]
-    result = cli(*args, "--max-tokens", "30", "--draft-max", "3", "--json")
+    result = cli(*args, "--max-tokens", "30", "--draft-max", "3", "--drafter", "model", "--json")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     with Engine(EngineConfig(tiny["target"])) as engine:
@@ -38,6 +38,15 @@ def test_generate_json_matches_the_engine(tiny):
                 "t_draft_ms", "t_verify_ms", "t_other_ms", "prompt_n", "prompt_ms", "predicted_per_second", "python_ms_per_step"):
         assert key in stats
     assert stats["draft_n"] > 0 and stats["drafter"] == "draft-model"
+
+
+def test_generate_uses_auto_by_default_and_reports_its_decisions(tiny):
+    result = cli("generate", "--target", str(tiny["target"]), "--draft", str(tiny["same"]), "--prompt", "hello there",
+                 "--max-tokens", "30", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)["stats"]
+    assert stats["drafter"] == "auto" and stats["draft_max"] == 8
+    assert sum(stats["decisions"].values()) == stats["n_steps"] and stats["predicted_tokens_per_step"] >= 1.0
 
 
 def test_generate_streams_text_and_a_summary(tiny):

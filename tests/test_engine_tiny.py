@@ -190,7 +190,7 @@ def test_draft_catches_up_after_many_plain_steps(tiny):
         for i in range(model.n_batch + 100):
             assert drafter.propose(0, 0.0, None, rng).tokens == []
             token = 10 + i % 200
-            drafter.commit(0, token)
+            drafter.advance([token])
             settled.append(token)
         draft = drafter.propose(3, 0.0, None, rng)
         assert len(draft.tokens) == 3

@@ -30,9 +30,9 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def engine(real_models):
+def engine(real_models, tmp_path_factory):
     target, draft = real_models
-    with Engine(EngineConfig(target, draft)) as loaded:
+    with Engine(EngineConfig(target, draft, self_draft_dir=tmp_path_factory.mktemp("self-drafts"))) as loaded:
         yield loaded
 
 
@@ -47,7 +47,8 @@ def test_pair_loads_and_uses_the_qwen_chat_template(engine):
     assert tokens.count(engine.target.tokenize("<|im_start|>", add_special=False)[0]) == 3  # parsed as one special token
 
 
-CASES = [("model", text) for text in PROMPTS] + [(drafter, text) for drafter in ("ngram", "auto") for text in PROMPTS[:2]]
+LATER_DRAFTERS = ("ngram", "hybrid", "hierarchical", "tree", "self", "auto")
+CASES = [("model", text) for text in PROMPTS] + [(drafter, text) for drafter in LATER_DRAFTERS for text in PROMPTS[:2]]
 
 
 @pytest.mark.parametrize("drafter,text", CASES)
@@ -56,7 +57,7 @@ def test_greedy_speculative_output_is_the_targets(engine, drafter, text):
     config = GenerationConfig(max_tokens=MAX_TOKENS, record_margins=True)
     plain = run(engine.plain, prompt, config)
     spec = run(engine.decoder(drafter), prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=4, record_margins=True))
-    if drafter == "model":
+    if drafter in ("model", "hybrid", "tree"):
         assert spec.finished.stats.draft_n_accepted > 0
     departure = next((i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens)) if a != b), None)
     if departure is None:

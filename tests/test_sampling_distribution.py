@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 from scipy.stats import chisquare
 
-from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.model import Model
@@ -62,20 +62,47 @@ def setup(tiny):
 
 
 def sample_many(decoder, prompt, verification: str, draft_max: int) -> list[tuple[int, ...]]:
-    samples = []
+    return sample_with_drafts(decoder, prompt, verification, draft_max)[0]
+
+
+def sample_with_drafts(decoder, prompt, verification: str, draft_max: int) -> tuple[list[tuple[int, ...]], int]:
+    """N_SEEDS samples of the first tokens, and how many draft tokens were proposed along the way."""
+    samples, drafted = [], 0
     for seed in range(N_SEEDS):
         config = GenerationConfig(  # no confidence cut-off: draft at every step, so every step is tested
             max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=draft_max, draft_p_min=0.0,
             verification=verification,
         )
-        samples.append(tuple(run(decoder, prompt, config).tokens))
-    return samples
+        result = run(decoder, prompt, config)
+        samples.append(tuple(result.tokens))
+        drafted += result.finished.stats.draft_n
+    return samples, drafted
 
 
-@pytest.mark.parametrize("verification", ["speculative", "sample-match"])
-def test_speculative_sampling_matches_the_target_distribution(setup, verification):
+@pytest.mark.parametrize("drafter,verification", [
+    ("model", "speculative"), ("model", "sample-match"), ("tree", "speculative"), ("hybrid", "speculative"),
+])
+def test_speculative_sampling_matches_the_target_distribution(setup, drafter, verification):
     engine, prompt, expected = setup
-    samples = sample_many(engine.speculative, prompt, verification, draft_max=3)
+    samples, drafted = sample_with_drafts(engine.decoder(drafter), prompt, verification, draft_max=3)
+    assert drafted > N_SEEDS
+    assert fit_p_value(samples, expected) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "hierarchical"])
+def test_lookup_drafters_keep_the_target_distribution(setup, drafter):
+    """Lookup proposes deterministically (q one-hot), so it needs a prompt that repeats.
+
+    The prompt is P, then the target's own greedy continuation G of P, then P again:
+    lookup proposes G, which the target then accepts often but not always.
+    """
+    engine = setup[0]
+    base = raw_prompt_tokens(engine.target, "tell me something")
+    prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
+    expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
+    samples, drafted = sample_with_drafts(engine.decoder(drafter), prompt, "speculative", draft_max=3)
+    accepted = sum(s == tuple(prompt[len(base):len(base) + N_TOKENS]) for s in samples)
+    assert drafted > N_SEEDS and 0 < accepted < N_SEEDS
     assert fit_p_value(samples, expected) > SIGNIFICANCE
 
 

@@ -1,19 +1,15 @@
-"""The bench's printed tables: per prompt, then overall, then llama.cpp's tools beside ours."""
+"""The bench's printed tables: per prompt, overall, by category (auto against the best fixed choice), then llama.cpp beside ours."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from localspec.engine.cost_model import StepCosts
 from localspec.engine.stats import GenerationStats
 
 if TYPE_CHECKING:
-    from localspec.bench.runner import BenchResult, Measurement
-
-
-def _label(k: int) -> str:
-    return "plain" if k == 0 else f"K={k}"
+    from localspec.bench.runner import BenchResult, Measurement, Mode
 
 
 def costs_from(plain: GenerationStats, spec: GenerationStats) -> StepCosts:
@@ -28,66 +24,131 @@ def costs_from(plain: GenerationStats, spec: GenerationStats) -> StepCosts:
     )
 
 
-def _row(label: str, k: int, stats: GenerationStats, plain: GenerationStats, departs: str) -> str:
-    ratio = stats.predicted_per_second / plain.predicted_per_second if plain.predicted_per_second else 0.0
-    if k == 0:
-        return f"{label:<18} {_label(k):>6} {stats.predicted_per_second:7.1f} {1.0:6.2f} {'':>7} {1.0:6.2f} {'':>24} {'':>6} {stats.python_ms_per_step:6.2f}  {departs}"
+def ratio(stats: GenerationStats, plain: GenerationStats) -> float:
+    return stats.predicted_per_second / plain.predicted_per_second if plain.predicted_per_second else 0.0
+
+
+def total(measurements: Iterable[Measurement]) -> GenerationStats:
+    return GenerationStats.total(m.stats for m in measurements)
+
+
+def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats, departs: str) -> str:
+    if mode.drafter == "none":
+        return f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {1.0:6.2f} {'':>7} {1.0:6.2f} {'':>24} {'':>6} {stats.python_ms_per_step:6.2f}  {departs}"
     positions = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position[:6])
-    predicted = costs_from(plain, stats).predicted_speedup(stats.draft_reach_by_position, stats.acceptance_by_position)
+    predicted = None
+    if mode.fixed and mode.drafter != "tree":  # a chain of drafted tokens: what the cost model describes
+        predicted = costs_from(plain, stats).predicted_speedup(stats.draft_reach_by_position, stats.acceptance_by_position)
     pred = f"{predicted:6.2f}" if predicted is not None else f"{'-':>6}"
     return (
-        f"{label:<18} {_label(k):>6} {stats.predicted_per_second:7.1f} {ratio:6.2f} {100 * stats.acceptance_rate:6.1f}% "
+        f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {ratio(stats, plain):6.2f} {100 * stats.acceptance_rate:6.1f}% "
         f"{stats.tokens_per_step:6.2f} {positions:>24} {pred} {stats.python_ms_per_step:6.2f}  {departs}"
     )
 
 
-HEADER = f"{'prompt':<18} {'mode':>6} {'tok/s':>7} {'×plain':>6} {'accept':>7} {'tok/pass':>6} {'acceptance by position':>24} {'pred×':>6} {'py ms':>6}  same as plain"
+HEADER = (
+    f"{'prompt':<20} {'mode':>22} {'tok/s':>7} {'×plain':>6} {'accept':>7} {'tok/pass':>6} {'acceptance by position':>24} "
+    f"{'pred×':>6} {'py ms':>6}  same as plain"
+)
 
 
 def print_report(result: BenchResult) -> None:
-    by_prompt: dict[str, dict[int, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
-    for m in result.measurements:
-        by_prompt[m.prompt_id][m.k].append(m)
+    from localspec.bench.runner import PLAIN
 
-    print("\nPer prompt (temperature 0; ×plain is measured, pred× is predicted from measured acceptance and costs)")
+    greedy = result.temperature <= 0
+    by_prompt: dict[str, dict[Mode, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
+    for m in result.measurements:
+        by_prompt[m.prompt_id][m.mode].append(m)
+
+    condition = "temperature 0" if greedy else f"temperature {result.temperature:g}, the same seed for every mode of a prompt"
+    print(f"\nPer prompt ({condition}; ×plain is measured, pred× is predicted from measured acceptance and costs)")
     print(HEADER)
     for prompt in result.prompts:
         modes = by_prompt[prompt.id]
-        plain = GenerationStats.total(m.stats for m in modes[0])
-        for k in [0, *result.ks]:
-            runs = modes[k]
-            departs = "yes"
-            for m in runs:
+        plain = total(modes[PLAIN])
+        for mode in result.modes:
+            departs = "yes" if greedy else "-"
+            for m in modes[mode]:
                 if m.departs_at is not None:
-                    margin = m.margin_at_departure(modes[0][0])
+                    margin = m.margin_at_departure(modes[PLAIN][0])
                     departs = f"departs at token {m.departs_at}" + ("" if margin is None else f" (top-2 gap {margin:.3f})")
-            print(_row(prompt.id if k == 0 else "", k, GenerationStats.total(m.stats for m in runs), plain, departs))
+            print(_row(prompt.id if mode == PLAIN else "", mode, total(modes[mode]), plain, departs))
 
     print("\nOverall")
     print(HEADER)
-    plain_all = GenerationStats.total(m.stats for m in result.measurements if m.k == 0)
-    for k in [0, *result.ks]:
-        runs = [m for m in result.measurements if m.k == k]
-        identical = sum(m.departs_at is None for m in runs)
-        print(_row("all prompts" if k == 0 else "", k, GenerationStats.total(m.stats for m in runs), plain_all, f"{identical}/{len(runs)} runs"))
+    plain_all = total(m for m in result.measurements if m.mode == PLAIN)
+    for mode in result.modes:
+        runs = [m for m in result.measurements if m.mode == mode]
+        identical = f"{sum(m.departs_at is None for m in runs)}/{len(runs)} runs" if greedy else "-"
+        print(_row("all prompts" if mode == PLAIN else "", mode, total(runs), plain_all, identical))
 
-    categories = sorted({p.category for p in result.prompts})
-    if len(categories) > 1:
-        print("\nBy category: speculative tok/s ÷ plain tok/s")
-        print(f"{'category':<18} " + " ".join(f"{_label(k):>7}" for k in result.ks))
-        for category in categories:
-            ids = {p.id for p in result.prompts if p.category == category}
-            plain = GenerationStats.total(m.stats for m in result.measurements if m.k == 0 and m.prompt_id in ids)
-            cells = []
-            for k in result.ks:
-                spec = GenerationStats.total(m.stats for m in result.measurements if m.k == k and m.prompt_id in ids)
-                cells.append(f"{spec.predicted_per_second / plain.predicted_per_second:7.2f}")
-            print(f"{category:<18} " + " ".join(cells))
-
+    _print_categories(result)
+    _print_auto(result)
+    if not greedy:
+        _print_verification(result)
     if result.reference_error:
         print(f"\nllama.cpp comparison skipped: {result.reference_error}")
     if result.llama_bench_tg and result.reference and not result.reference_error:
         _print_llama_cpp_side_by_side(result, plain_all)
+
+
+def category_table(result: BenchResult) -> list[tuple[str, float, Mode | None, float, float]]:
+    """Per category: plain tok/s, the best fixed mode and its ×plain, and auto's ×plain."""
+    from localspec.bench.runner import PLAIN
+
+    rows = []
+    auto_modes = [mode for mode in result.modes if mode.drafter == "auto"]
+    for category in sorted({p.category for p in result.prompts}):
+        ids = {p.id for p in result.prompts if p.category == category}
+        in_category = [m for m in result.measurements if m.prompt_id in ids]
+        plain = total(m for m in in_category if m.mode == PLAIN)
+        fixed = [(ratio(total(m for m in in_category if m.mode == mode), plain), mode) for mode in result.modes if mode.fixed]
+        best_ratio, best = max(fixed, key=lambda pair: pair[0]) if fixed else (0.0, None)
+        auto = ratio(total(m for m in in_category if m.mode in auto_modes), plain) if auto_modes else 0.0
+        rows.append((category, plain.predicted_per_second, best, best_ratio, auto))
+    return rows
+
+
+def _print_categories(result: BenchResult) -> None:
+    print("\nBy category: tok/s ÷ plain tok/s, auto against the best fixed drafter and K")
+    print(f"{'category':<18} {'plain tok/s':>11} {'best fixed':>22} {'×plain':>7} {'auto ×plain':>11} {'auto ÷ best':>11}")
+    for category, plain_rate, best, best_ratio, auto in category_table(result):
+        share = f"{auto / best_ratio:11.2f}" if best_ratio else f"{'-':>11}"
+        print(f"{category:<18} {plain_rate:11.1f} {best.label if best else '-':>22} {best_ratio:7.2f} {auto:11.2f} {share}")
+    auto_runs = [m for m in result.measurements if m.mode.drafter == "auto"]
+    if auto_runs:
+        from localspec.bench.runner import PLAIN
+
+        plain_by_prompt = {m.prompt_id: m.stats for m in result.measurements if m.mode == PLAIN}
+        worst = min((ratio(m.stats, plain_by_prompt[m.prompt_id]), m.prompt_id) for m in auto_runs if m.prompt_id in plain_by_prompt)
+        print(f"auto's slowest prompt: {worst[1]} at {worst[0]:.2f} × plain")
+
+
+def _print_auto(result: BenchResult) -> None:
+    runs = [m for m in result.measurements if m.mode.drafter == "auto"]
+    if not runs:
+        return
+    stats = total(runs)
+    print("\nauto's decisions (steps per choice) and its prediction against what it got")
+    shares = sorted(stats.decisions.items(), key=lambda item: -item[1])
+    steps = sum(stats.decisions.values()) or 1
+    print("  " + ", ".join(f"{label} {100 * n / steps:.0f}%" for label, n in shares[:8]))
+    predicted = stats.predicted_tokens_per_step
+    if predicted is not None:
+        print(f"  tokens per step: predicted {predicted:.2f}, got {stats.tokens_per_step:.2f}")
+
+
+def _print_verification(result: BenchResult) -> None:
+    """At temperature > 0: speculative sampling against sample-and-match, same draft model, K, prompts and seeds."""
+    print("\nVerification at the same temperature, prompts and seeds: draft tokens accepted")
+    for k in result.ks:
+        spec = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "speculative")
+        match = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "sample-match")
+        if spec.draft_n and match.draft_n:
+            print(
+                f"K={k}: speculative sampling {100 * spec.acceptance_rate:5.1f}% ({spec.tokens_per_step:.2f} tok/pass)   "
+                f"sample-and-match {100 * match.acceptance_rate:5.1f}% ({match.tokens_per_step:.2f} tok/pass)"
+            )
 
 
 def _mean_rate(values: list[float]) -> float:
@@ -103,16 +164,18 @@ def _print_llama_cpp_side_by_side(result: BenchResult, plain_all: GenerationStat
     print(f"llama-bench tg64, empty context:          {tg:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_tg)})")
     print(f"llama-bench tg{n_gen} @ d{depth} (our workload): {matched:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_matched)})")
     print(f"localspec plain:                          {ours_plain:7.1f} tok/s  ({ours_plain / tg:.2f} × tg64, {ours_plain / matched:.2f} × our workload)")
+    auto = total(m for m in result.measurements if m.mode.drafter == "auto")
     for k in result.ks:
-        ours = GenerationStats.total(m.stats for m in result.measurements if m.k == k)
+        ours = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "speculative")
         for p_min in sorted({r.p_min for r in result.reference}):
             runs = [r.run for r in result.reference if r.k == k and r.p_min == p_min]
             tokens = sum(r.n_predict for r in runs)
             seconds = sum(r.n_predict / r.tokens_per_second for r in runs if r.tokens_per_second)
             theirs = tokens / seconds if seconds else 0.0
             accept = sum(r.n_accept for r in runs) / max(1, sum(r.n_drafted for r in runs))
-            print(
-                f"K={k}: llama-speculative-simple (p-min {p_min:.2f}) {theirs:6.1f} tok/s ({100 * accept:5.1f}% accepted)   "
-                f"localspec {ours.predicted_per_second:6.1f} tok/s ({100 * ours.acceptance_rate:5.1f}% accepted)   "
-                f"ratio {ours.predicted_per_second / theirs if theirs else 0.0:.2f}"
-            )
+            line = f"K={k}: llama-speculative-simple (p-min {p_min:.2f}) {theirs:6.1f} tok/s ({100 * accept:5.1f}% accepted)"
+            if ours.n_steps:
+                line += f"   localspec model {ours.predicted_per_second:6.1f} tok/s ({100 * ours.acceptance_rate:5.1f}% accepted), ratio {ours.predicted_per_second / theirs if theirs else 0.0:.2f}"
+            if auto.n_steps:
+                line += f"   auto ratio {auto.predicted_per_second / theirs if theirs else 0.0:.2f}"
+            print(line)

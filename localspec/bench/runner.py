@@ -1,4 +1,4 @@
-"""Runs the bench: every prompt, plain then each K, interleaved on the same loaded models.
+"""Runs the bench: every prompt in every mode (plain, each drafter at each K, auto), interleaved on the same loaded models.
 
 Interleaving means slow drift (thermal, other load) hits every mode alike, so
 the ratios printed are fair even when absolute rates wander. Benchmarks are
@@ -17,13 +17,18 @@ from typing import Callable, TypeVar
 
 from localspec import __version__
 from localspec.bench import reference
+from localspec.bench.charts import save_charts
 from localspec.bench.report import print_report
+from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
+
+BENCH_DRAFTERS = ("model", "ngram", "hybrid", "hierarchical", "tree", "self")  # every fixed drafter; auto runs beside them
 
 
 T = TypeVar("T")
@@ -37,10 +42,35 @@ class BenchPrompt:
     system: str | None = None
 
 
+@dataclass(frozen=True)
+class Mode:
+    """One way of decoding: a drafter at a K (auto: K is its cap), verified one way at temperature > 0."""
+
+    drafter: str  # "none" is plain decoding
+    k: int
+    verification: str = "speculative"
+
+    @property
+    def label(self) -> str:
+        if self.drafter == "none":
+            return "plain"
+        if self.drafter == "auto":
+            return f"auto K≤{self.k}"
+        return f"{self.drafter} K={self.k}" + (" sample-match" if self.verification == "sample-match" else "")
+
+    @property
+    def fixed(self) -> bool:
+        """A drafter at a set K, the kind auto is compared against."""
+        return self.drafter not in ("none", "auto") and self.verification == "speculative"
+
+
+PLAIN = Mode("none", 0)
+
+
 @dataclass
 class Measurement:
     prompt_id: str
-    k: int  # 0 = plain decoding
+    mode: Mode
     tokens: list[int]
     stats: GenerationStats
     departs_at: int | None = None  # first token that differs from plain output (greedy runs)
@@ -67,6 +97,8 @@ class ReferenceMeasurement:
 class BenchResult:
     ks: list[int]
     prompts: list[BenchPrompt]
+    modes: list[Mode] = field(default_factory=list)
+    temperature: float = 0.0
     measurements: list[Measurement] = field(default_factory=list)
     llama_bench_tg: list[float] = field(default_factory=list)  # tg64 on an empty context, before and after our runs
     llama_bench_matched: list[float] = field(default_factory=list)  # our workload: tg<max_tokens> @ d<mean prompt>
@@ -105,6 +137,20 @@ def parse_p_mins(text: str) -> list[float]:
     return values
 
 
+def parse_drafters(text: str | None, have_draft_model: bool) -> list[str]:
+    """The fixed drafters to sweep: as given, else every one this pair can run."""
+    if text is None:
+        return [d for d in BENCH_DRAFTERS if have_draft_model or d not in defaults.DRAFTERS_WITH_DRAFT_MODEL]
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in BENCH_DRAFTERS]
+    if unknown or not names:
+        raise ValueError(f"--drafters takes a comma-separated list of {', '.join(BENCH_DRAFTERS)}, not {text!r}")
+    needing = [n for n in names if n in defaults.DRAFTERS_WITH_DRAFT_MODEL]
+    if needing and not have_draft_model:
+        raise EngineError(f"{', '.join(needing)} need a draft model: give --draft (or --pair), or bench ngram and self only.")
+    return list(dict.fromkeys(names))
+
+
 def parse_ks(text: str) -> list[int]:
     try:
         ks = sorted({int(part) for part in text.split(",") if part.strip()})
@@ -128,35 +174,46 @@ def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> t
     raise AssertionError("generate() ended without Finished")
 
 
+def bench_modes(drafters: list[str], ks: list[int], temperature: float) -> list[Mode]:
+    """Plain, each drafter at each K, auto capped at the largest K; at temperature > 0 also sample-and-match."""
+    modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode("auto", ks[-1])]
+    if temperature > 0 and "model" in drafters:
+        modes += [Mode("model", k, "sample-match") for k in ks]
+    return modes
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from localspec.cli import engine_config_from_args
 
     ks = parse_ks(args.draft_max)
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = load_prompts(args.prompts)
-    if args.draft is None:
-        raise EngineError("bench compares plain and speculative decoding: give a draft model with --draft.")
-    result = BenchResult(ks=ks, prompts=prompts)
+    drafters = parse_drafters(args.drafters, args.draft is not None)
+    result = BenchResult(ks=ks, prompts=prompts, modes=bench_modes(drafters, ks, args.temperature), temperature=args.temperature)
     with Engine(engine_config_from_args(args)) as engine:
         result.machine = {
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
-            "threads": engine.target.n_threads, "target": engine.target.description, "draft": engine.draft.description,
+            "threads": engine.target.n_threads, "target": engine.target.description,
+            "draft": engine.draft.description if engine.draft is not None else None,
         }
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
-        for decoder in (engine.plain, engine.speculative):
-            _measure(decoder, warmup, GenerationConfig(max_tokens=8, draft_max=ks[-1]))
+        for mode in result.modes:  # loads the self draft and times auto's costs before anything is measured
+            _measure(engine.decoder(mode.drafter), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k))
         depth = round(sum(len(chat_prompt_tokens(engine.target, _messages(p))) for p in prompts) / len(prompts))
         result.matched_workload = (args.max_tokens, depth)
         _llama_bench(args, engine, result)
         for round_index in range(args.rounds):
-            for prompt in prompts:
-                _bench_prompt(args, engine, prompt, ks, reference_p_mins, round_index, result)
+            for index, prompt in enumerate(prompts):
+                _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result)
                 print(f"  measured {prompt.id} (round {round_index + 1}/{args.rounds})", flush=True)
         _llama_bench(args, engine, result)
     print_report(result)
     if args.json_file:
         args.json_file.write_text(json.dumps(_as_json(result), indent=2))
         print(f"\nfull results: {args.json_file}")
+    if args.charts is not None:
+        for path in save_charts(result, args.charts):
+            print(f"chart: {path}")
     return 0
 
 
@@ -165,24 +222,30 @@ def _messages(prompt: BenchPrompt) -> list[Message]:
 
 
 def _bench_prompt(
-    args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, ks: list[int], reference_p_mins: list[float], round_index: int, result: BenchResult
+    args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, index: int, reference_p_mins: list[float], round_index: int,
+    result: BenchResult,
 ) -> None:
-    """Plain, each K, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike."""
+    """Every mode, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike.
+
+    At temperature > 0 every mode samples with the same seed, so modes differ only in how they draft and verify.
+    """
     tokens = chat_prompt_tokens(engine.target, _messages(prompt))
-    modes = [0, *ks]
+    modes = result.modes
     shift = round_index % len(modes)
-    runs: dict[int, Measurement] = {}
-    for k in modes[shift:] + modes[:shift]:
-        decoder = engine.plain if k == 0 else engine.speculative
-        config = GenerationConfig(max_tokens=args.max_tokens, draft_max=k, draft_p_min=args.draft_p_min, record_margins=args.margins)
-        out, margins, stats = _measure(decoder, tokens, config)
-        runs[k] = Measurement(prompt.id, k, out, stats, margins=margins)
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed + index)
+    runs: dict[Mode, Measurement] = {}
+    for mode in modes[shift:] + modes[:shift]:
+        config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=args.draft_p_min,
+                                  verification=mode.verification, record_margins=args.margins)  # type: ignore[arg-type]
+        out, margins, stats = _measure(engine.decoder(mode.drafter), tokens, config)
+        runs[mode] = Measurement(prompt.id, mode, out, stats, margins=margins)
     for m in runs.values():
-        m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[0].tokens, m.tokens)) if a != b), None)
+        if sampling.greedy:
+            m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[PLAIN].tokens, m.tokens)) if a != b), None)
         result.measurements.append(m)
-    if args.llama_cpp_bin and not result.reference_error:
+    if args.llama_cpp_bin and not result.reference_error and engine.draft is not None and sampling.greedy:
         text = render_chat(engine.target, _messages(prompt))
-        for k in ks:
+        for k in result.ks:
             for p_min in reference_p_mins:
                 run = _reference_step(result, lambda: reference.speculative_simple(
                     args.llama_cpp_bin, args.target, args.draft, text, k, p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
@@ -222,9 +285,12 @@ def _as_json(result: BenchResult) -> dict[str, object]:
     return {
         "machine": result.machine,
         "ks": result.ks,
+        "temperature": result.temperature,
+        "modes": [asdict(mode) | {"label": mode.label} for mode in result.modes],
         "prompts": [asdict(p) for p in result.prompts],
         "measurements": [
-            {"prompt": m.prompt_id, "k": m.k, "departs_at": m.departs_at, "tokens": m.tokens, "margins": m.margins, "stats": m.stats.to_dict()}
+            {"prompt": m.prompt_id, "mode": m.mode.label, "drafter": m.mode.drafter, "k": m.mode.k, "verification": m.mode.verification,
+             "departs_at": m.departs_at, "tokens": m.tokens, "margins": m.margins, "stats": m.stats.to_dict()}
             for m in result.measurements
         ],
         "llama_bench_tg": result.llama_bench_tg,

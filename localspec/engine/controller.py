@@ -213,20 +213,13 @@ class AutoDrafter:
         self.decode_ns = sum(d.decode_ns for d in self._drafters())
         return self._draft
 
-    def commit(self, n_accepted: int, token: int) -> None:
-        assert self._chosen is not None
-        accepted = self._draft.tokens[:n_accepted] + [token]
-        self._chosen.commit(n_accepted, token)
+    def advance(self, tokens: Sequence[int]) -> None:
+        if self._chosen is not None and self._draft.tokens:
+            self.acceptance[self._chosen.name].observe(len(self._draft.tokens), len(tokens) - 1)
         for drafter in self._drafters():
-            if drafter is not self._chosen:
-                drafter.follow(accepted)
-        if self._draft.tokens:
-            self.acceptance[self._chosen.name].observe(len(self._draft.tokens), n_accepted)
+            drafter.advance(tokens)
         self._chosen = None
-
-    def follow(self, tokens: Sequence[int]) -> None:
-        for drafter in self._drafters():
-            drafter.follow(tokens)
+        self._draft = Draft()
 
     def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
         """Learn the verify cost, and report this step's choice and prediction in the statistics."""

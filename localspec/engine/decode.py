@@ -23,10 +23,10 @@ from localspec.engine.drafter import Draft, Drafter, NoDrafter
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
 from localspec.engine.model import Model
-from localspec.engine.sampling import SamplingParams, make_rng
+from localspec.engine.sampling import SamplingParams, distribution, make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
-from localspec.engine.verify import Verdict, verify_greedy, verify_sample_match, verify_speculative
+from localspec.engine.verify import Verdict, verify_greedy, verify_sample_match, verify_speculative, verify_tree
 
 Verification = Literal["speculative", "sample-match"]
 
@@ -95,9 +95,9 @@ class Decoder:
             draft, verdict, margins = self._step(last, k, config, rng, stats)
 
             final_source = TokenSource.TARGET if not draft.tokens else (
-                TokenSource.BONUS if verdict.n_accepted == len(draft.tokens) else TokenSource.CORRECTION
+                TokenSource.BONUS if verdict.n_accepted == draft.branch_length(verdict.branch) else TokenSource.CORRECTION
             )
-            for i, token in enumerate(draft.tokens[: verdict.n_accepted] + [verdict.token]):
+            for i, token in enumerate([*verdict.accepted, verdict.token]):
                 if target.is_eog(token):
                     reason = StopReason.EOS
                     break
@@ -130,19 +130,33 @@ class Decoder:
         draft = self.drafter.propose(k, config.draft_p_min, draft_sampling, rng)
         t1 = time.perf_counter_ns()
         n_past = self.target.n_past
-        rows = self.target.decode([last, *draft.tokens], outputs=len(draft.tokens) + 1)
+        fork = draft.fork
+        if fork is None:
+            rows = self.target.decode([last, *draft.tokens], outputs=len(draft.tokens) + 1)
+        else:
+            rows = self.target.decode_tree([last, *draft.tokens[: fork.at]], draft.tokens[fork.at :], fork.tokens)
         t2 = time.perf_counter_ns()
         verdict = self._verify(draft, rows, config, greedy, rng)
-        margins = _top2_margins(rows[: verdict.n_accepted + 1]) if config.record_margins else None
+        margins = _top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
+        if fork is not None:
+            on_fork = verdict.n_accepted - fork.at if verdict.branch == 1 else None
+            self.target.settle_tree(n_past + 1 + fork.at, on_fork)
+            stats.n_forks += 1
+            stats.n_fork_accepted += verdict.branch
         self.target.truncate(n_past + 1 + verdict.n_accepted)
-        self.drafter.commit(verdict.n_accepted, verdict.token)
+        self.drafter.advance([*verdict.accepted, verdict.token])
         t3 = time.perf_counter_ns()
-        self.drafter.observe_step(len(draft.tokens) + 1, (t2 - t1) / 1e6, stats)
-        stats.record_step(len(draft.tokens), verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6)
+        self.drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6, stats)
+        stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)
         return draft, verdict, margins
 
     @staticmethod
     def _verify(draft: Draft, rows: np.ndarray, config: GenerationConfig, greedy: bool, rng: np.random.Generator) -> Verdict:
+        if draft.fork is not None:
+            # Each branch's tokens are deterministic candidates: the target's own choice (argmax, or its sample from p) picks the path.
+            if greedy:
+                return verify_tree(draft, rows, lambda row: int(row.argmax()))
+            return verify_tree(draft, rows, lambda row: distribution(row, config.sampling).sample(rng))
         if greedy:
             return verify_greedy(draft.tokens, rows)
         if config.verification == "sample-match":

@@ -1,8 +1,8 @@
 """A loaded pair, ready to generate: what the CLI, the bench and the app hold on to.
 
-Loading checks the pair before anything is generated, and both decoders (the
-speculative one and the plain baseline) share the same loaded target, so the
-two can be interleaved and compared on one set of weights.
+Loading checks the pair before anything is generated, and every decoder (plain
+decoding and each drafter) shares the same loaded target, so they can be
+interleaved and compared on one set of weights.
 """
 
 from __future__ import annotations
@@ -12,13 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from localspec.engine.decode import Decoder
+from localspec.engine import defaults
 from localspec.engine.controller import AutoDrafter, calibrate
-from localspec.engine.drafter import ModelDrafter
+from localspec.engine.decode import Decoder
+from localspec.engine.drafter import Drafter, ModelDrafter, NoDrafter
 from localspec.engine.errors import EngineError, LoadCancelled
-from localspec.engine.ngram import NgramDrafter
+from localspec.engine.hierarchical import HierarchicalDrafter
+from localspec.engine.hybrid import HybridDrafter
 from localspec.engine.model import DEFAULT_N_CTX, Model, ModelConfig
+from localspec.engine.ngram import NgramDrafter
 from localspec.engine.pair_check import check_pair
+from localspec.engine.self_draft import cached_self_draft
+from localspec.engine.tree import TreeDrafter
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class EngineConfig:
     target_gpu_layers: int | None = None
     draft_gpu_layers: int | None = None
     n_threads: int | None = None
+    self_draft_dir: Path | None = None  # where `--drafter self` keeps the drafts it cuts from targets
+    self_draft_layers: int | None = None  # blocks such a draft keeps (None: a quarter)
 
 
 class Engine:
@@ -37,8 +44,11 @@ class Engine:
         self.config = config
         report = on_stage or (lambda _stage: None)
         report("loading the target")
-        self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads), role="target")
+        # Two sequences: the tree drafter verifies its two branches side by side in the target's cache.
+        target_config = ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads, n_seq=2)
+        self.target = Model(config.target, target_config, role="target")
         self.draft: Model | None = None
+        self.self_draft: Model | None = None
         try:
             if config.draft is not None:
                 self._check_cancel(cancel)
@@ -51,32 +61,51 @@ class Engine:
             self.close()
             raise
         self.plain = Decoder(self.target)
-        self.speculative = Decoder(self.target, ModelDrafter(self.draft)) if self.draft is not None else self.plain
-        self.ngram = Decoder(self.target, NgramDrafter())
-        self._auto: Decoder | None = None
+        self._decoders: dict[str, Decoder] = {"none": self.plain}
 
     @property
-    def auto(self) -> Decoder:
-        """The adaptive controller's decoder; its costs are timed on first use (a few target passes)."""
-        if self._auto is None:
-            costs = calibrate(self.target, self.draft)
-            model = ModelDrafter(self.draft) if self.draft is not None else None
-            self._auto = Decoder(self.target, AutoDrafter(costs, model))
-        return self._auto
+    def speculative(self) -> Decoder:
+        """The draft model's decoder (plain decoding when no draft model was loaded)."""
+        return self.decoder("model") if self.draft is not None else self.plain
 
     def decoder(self, drafter: str) -> Decoder:
-        """By drafter name: auto, model, ngram or none."""
-        if drafter == "auto":
-            return self.auto
-        if drafter == "model":
-            if self.draft is None:
-                raise EngineError("The model drafter needs a draft model: give --draft, or pick another drafter.")
-            return self.speculative
-        if drafter == "ngram":
-            return self.ngram
-        if drafter == "none":
-            return self.plain
-        raise EngineError(f"Unknown drafter {drafter!r}: choose auto, model, ngram or none.")
+        """By drafter name (defaults.DRAFTERS); each is made on first use and kept, learned costs included."""
+        if drafter not in defaults.DRAFTERS:
+            raise EngineError(f"Unknown drafter {drafter!r}: choose one of {', '.join(defaults.DRAFTERS)}.")
+        if drafter not in self._decoders:
+            self._decoders[drafter] = Decoder(self.target, self._make_drafter(drafter))
+        return self._decoders[drafter]
+
+    def _make_drafter(self, name: str) -> Drafter:
+        if name == "none":
+            return NoDrafter()
+        if name == "ngram":
+            return NgramDrafter()
+        if name == "self":
+            return ModelDrafter(self._load_self_draft(), name="self-draft")
+        if name == "auto":
+            # The controller's costs are timed here, on first use: a few target passes.
+            return AutoDrafter(calibrate(self.target, self.draft), ModelDrafter(self.draft) if self.draft is not None else None)
+        if self.draft is None:
+            raise EngineError(f"The {name} drafter needs a draft model: give --draft (or a pair), or pick ngram, self or auto.")
+        model = ModelDrafter(self.draft)
+        if name == "hybrid":
+            return HybridDrafter(model)
+        if name == "hierarchical":
+            return HierarchicalDrafter(model)
+        if name == "tree":
+            return TreeDrafter(model)
+        return model
+
+    def _load_self_draft(self) -> Model:
+        if self.self_draft is None:
+            if self.config.self_draft_dir is None:
+                raise EngineError("The self drafter needs a directory to keep the draft it cuts from the target.")
+            made = cached_self_draft(self.config.target, self.config.self_draft_layers, self.config.self_draft_dir)
+            config = ModelConfig(self.config.draft_gpu_layers, self.config.n_ctx, n_threads=self.config.n_threads)
+            self.self_draft = Model(made.path, config, role="self-draft")
+            check_pair(self.target, self.self_draft)
+        return self.self_draft
 
     @staticmethod
     def _check_cancel(cancel: threading.Event | None) -> None:
@@ -84,7 +113,7 @@ class Engine:
             raise LoadCancelled("Loading the pair was cancelled.")
 
     def close(self) -> None:
-        for model in (self.target, self.draft):
+        for model in (self.target, self.draft, self.self_draft):
             if model is not None:
                 model.close()
 

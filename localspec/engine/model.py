@@ -46,6 +46,7 @@ class ModelConfig:
     n_ctx: int = DEFAULT_N_CTX
     n_batch: int = DEFAULT_N_BATCH
     n_threads: int | None = None
+    n_seq: int = 1  # 2 lets a tree draft's two branches share the cache (one unified KV buffer, so no context is lost)
 
     def resolved_gpu_layers(self) -> int:
         if self.n_gpu_layers is not None:
@@ -94,7 +95,8 @@ class Model:
         ctx_params.n_ctx = config.n_ctx
         ctx_params.n_batch = config.n_batch
         ctx_params.n_ubatch = config.n_batch
-        ctx_params.n_seq_max = 1
+        ctx_params.n_seq_max = config.n_seq
+        ctx_params.kv_unified = config.n_seq > 1
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
@@ -114,10 +116,11 @@ class Model:
         self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
         self.n_threads = threads
-        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, config.n_seq)
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self.kv_tokens: list[int] = []
+        self._branch: list[int] = []  # sequence 1's tokens past the split point, while a tree is being verified
         self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
 
     def _load_failure_message(self) -> str:
@@ -262,23 +265,59 @@ class Model:
 
         The result is a (outputs, n_vocab) view into llama.cpp's buffer, valid until the next decode.
         """
-        n = len(tokens)
+        pos0 = len(self.kv_tokens)
+        rows = self._run_batch([(token, pos0 + i, (0,)) for i, token in enumerate(tokens)], outputs)
+        self.kv_tokens.extend(tokens)
+        return rows
+
+    def decode_tree(self, shared: Sequence[int], main: Sequence[int], branch: Sequence[int]) -> np.ndarray:
+        """One pass over two continuations that share `shared`: `main` in sequence 0, `branch` in sequence 1.
+
+        Sequence 1 first borrows sequence 0's whole cache (in a unified cache that only
+        tags the cells), so each branch attends to the context and to its own tokens, never
+        the other's. Returns a row per token, in the order shared, main, branch;
+        `settle_tree` then keeps one branch.
+        """
+        if self.config.n_seq < 2:
+            raise EngineError(f"{self.role} model was loaded with one sequence; a tree draft needs n_seq=2.")
+        llama_cpp.llama_memory_seq_cp(self._memory, 0, 1, -1, -1)
+        pos0 = len(self.kv_tokens)
+        split = pos0 + len(shared)
+        entries = [(token, pos0 + i, (0, 1)) for i, token in enumerate(shared)]
+        entries += [(token, split + i, (0,)) for i, token in enumerate(main)]
+        entries += [(token, split + i, (1,)) for i, token in enumerate(branch)]
+        rows = self._run_batch(entries, len(entries))
+        self.kv_tokens.extend([*shared, *main])
+        self._branch = list(branch)
+        return rows
+
+    def settle_tree(self, split: int, n_fork_kept: int | None) -> None:
+        """End a tree pass: with `n_fork_kept` None the main branch stays (truncate it as usual), else the fork's first tokens replace it."""
+        if n_fork_kept is not None:
+            llama_cpp.llama_memory_seq_rm(self._memory, 0, split, -1)
+            llama_cpp.llama_memory_seq_cp(self._memory, 1, 0, split, split + n_fork_kept)
+            self.kv_tokens[split:] = self._branch[:n_fork_kept]
+        llama_cpp.llama_memory_seq_rm(self._memory, 1, -1, -1)
+        self._branch = []
+
+    def _run_batch(self, entries: Sequence[tuple[int, int, tuple[int, ...]]], outputs: int) -> np.ndarray | None:
+        """llama_decode over (token, position, sequences) entries; logits of the last `outputs` entries."""
+        n = len(entries)
         if n > self.n_batch:
             raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
         batch = self._batch
-        pos0 = len(self.kv_tokens)
         first_output = n - outputs
-        for i, token in enumerate(tokens):
+        for i, (token, pos, seqs) in enumerate(entries):
             batch.token[i] = token
-            batch.pos[i] = pos0 + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = len(seqs)
+            for j, seq in enumerate(seqs):
+                batch.seq_id[i][j] = seq
             batch.logits[i] = i >= first_output
         batch.n_tokens = n
         rc = llama_cpp.llama_decode(self._ctx, batch)
         if rc != 0:
             raise EngineError(self._decode_failure_message(rc, n))
-        self.kv_tokens.extend(tokens)
         self.n_decoded += n
         if outputs == 0:
             return None

@@ -12,8 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft
-from localspec.engine.sampling import Distribution, SamplingParams
+from localspec.engine.drafter import Draft, one_hot
+from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 
 NGRAM_MIN = 2
@@ -31,7 +31,6 @@ class NgramDrafter:
         self._tokens: list[int] = []
         self._last_end: dict[tuple[int, ...], int] = {}  # n-gram -> the latest index where it ends
         self._previous_end: dict[tuple[int, ...], int] = {}  # ...and the one before, for the current suffix
-        self._drafted: list[int] = []
 
     def start(self, prompt: Sequence[int]) -> None:
         self._tokens = []
@@ -52,6 +51,8 @@ class NgramDrafter:
 
     def match(self, k: int) -> list[int]:
         """The continuation of the longest suffix seen before (its most recent occurrence), up to k tokens."""
+        if k <= 0:
+            return []
         end = len(self._tokens) - 1
         for n in range(self.n_max, self.n_min - 1, -1):
             if end + 1 < n:
@@ -64,16 +65,9 @@ class NgramDrafter:
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         tokens = self.match(k) if k > 0 else []
-        self._drafted = tokens
-        # q is one-hot: speculative sampling then keeps token x with probability p(x), exactly.
-        dists = [Distribution(np.array([t]), np.array([1.0])) for t in tokens] if sampling is not None else []
-        return Draft(list(tokens), dists)
+        return Draft(tokens, one_hot(tokens) if sampling is not None else [])
 
-    def commit(self, n_accepted: int, token: int) -> None:
-        self._extend(self._drafted[:n_accepted] + [token])
-        self._drafted = []
-
-    def follow(self, tokens: Sequence[int]) -> None:
+    def advance(self, tokens: Sequence[int]) -> None:
         self._extend(tokens)
 
     def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:

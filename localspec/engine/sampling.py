@@ -114,3 +114,15 @@ def greedy_with_confidence(row: np.ndarray) -> tuple[int, float]:
     best = row[token]
     near = row[np.flatnonzero(row > best - _NEGLIGIBLE_LOGIT_GAP)]
     return token, float(1.0 / np.exp(near - best).sum())
+
+
+def top_two(row: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
+    """The two most likely tokens and (upper bounds on) their probabilities: where a tree draft should fork."""
+    near_ids = np.flatnonzero(row > row.max() - _NEGLIGIBLE_LOGIT_GAP)
+    if near_ids.size < 2:  # the second is negligible: fall back to an exact partition
+        near_ids = np.argpartition(row, -2)[-2:]
+    weights = np.exp(row[near_ids] - row[near_ids].max())
+    weights /= weights.sum()
+    order = np.argsort(-weights, kind="stable")[:2]
+    (first, second) = order
+    return (int(near_ids[first]), float(weights[first])), (int(near_ids[second]), float(weights[second]))

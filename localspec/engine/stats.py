@@ -33,13 +33,20 @@ class GenerationStats:
     # the auto controller's choices: {"ngram K=6": steps, ...}, and the tokens per step it predicted in total
     decisions: dict[str, int] = field(default_factory=dict)
     predicted_tokens_total: float = 0.0
+    # tree drafts: steps that verified two branches, and those where the target's choice lay on the fork
+    n_forks: int = 0
+    n_fork_accepted: int = 0
 
-    def record_step(self, n_drafted: int, n_accepted: int, draft_ms: float, verify_ms: float, target_decode_ms: float) -> None:
+    def record_step(
+        self, n_drafted: int, n_accepted: int, draft_ms: float, verify_ms: float, target_decode_ms: float, depth: int | None = None
+    ) -> None:
+        """One target pass; `depth` is the deepest draft position, below n_drafted only for a tree's two branches."""
+        depth = n_drafted if depth is None else depth
         self.n_steps += 1
         self.draft_n += n_drafted
         self.draft_n_accepted += n_accepted
-        self._reach_position(n_drafted)
-        for i in range(n_drafted):
+        self._reach_position(depth)
+        for i in range(depth):
             self.draft_n_per_pos[i] += 1
         for i in range(n_accepted):
             self.n_acc_tokens_per_pos[i] += 1
@@ -72,7 +79,7 @@ class GenerationStats:
         total = cls()
         for s in runs:
             for name in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
-                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "predicted_tokens_total"):
+                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total._reach_position(len(s.draft_n_per_pos))
             for i, (drafted, accepted) in enumerate(zip(s.draft_n_per_pos, s.n_acc_tokens_per_pos)):

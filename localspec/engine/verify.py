@@ -9,17 +9,30 @@ correction at the first rejection, or the bonus token when all were accepted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from localspec.engine.drafter import Draft
 from localspec.engine.sampling import Distribution, SamplingParams, distribution
 
 
 @dataclass(frozen=True)
 class Verdict:
-    n_accepted: int
+    accepted: list[int]  # the draft tokens kept, in order (on a tree: along the branch that survived)
     token: int
+    branch: int = 0  # 1 when a tree's fork survived its split point
+    at: int = 0  # ...and that split point (draft position)
+
+    @property
+    def n_accepted(self) -> int:
+        return len(self.accepted)
+
+    def rows(self, n_chain: int) -> list[int]:
+        """Indices of the verify rows along the surviving path: one per accepted token, then the one that chose `token`."""
+        if self.branch == 0:
+            return list(range(self.n_accepted + 1))
+        return list(range(self.at + 1)) + [n_chain + j for j in range(1, self.n_accepted - self.at + 1)]
 
 
 def verify_greedy(draft: Sequence[int], rows: np.ndarray) -> Verdict:
@@ -28,7 +41,33 @@ def verify_greedy(draft: Sequence[int], rows: np.ndarray) -> Verdict:
     n = 0
     while n < len(draft) and best[n] == draft[n]:
         n += 1
-    return Verdict(n, int(best[n]))
+    return Verdict(list(draft[:n]), int(best[n]))
+
+
+def verify_tree(draft: Draft, rows: np.ndarray, choose: Callable[[np.ndarray], int]) -> Verdict:
+    """Walk a two-branch draft: at each node the target chooses its token, and the branch holding it goes on.
+
+    The batch was [last, *chain, *fork]: rows[i] judges chain token i, the fork's first
+    token shares the chain's row at the split, and rows[len(chain) + j] judges fork token j.
+    `choose` is the target's argmax (temperature 0) or its own sample from p: each
+    emitted token is the target's choice on its own row, whichever branch it is found on.
+    """
+    n = len(draft.tokens)
+    for i, token in enumerate(draft.tokens):
+        chosen = choose(rows[i])
+        if chosen == token:
+            continue
+        fork = draft.fork
+        if fork is None or fork.at != i or chosen != fork.tokens[0]:
+            return Verdict(list(draft.tokens[:i]), chosen)
+        accepted = list(draft.tokens[:i]) + [chosen]
+        for j in range(1, len(fork.tokens)):
+            chosen = choose(rows[n + j])
+            if chosen != fork.tokens[j]:
+                return Verdict(accepted, chosen, branch=1, at=i)
+            accepted.append(chosen)
+        return Verdict(accepted, choose(rows[n + len(fork.tokens)]), branch=1, at=i)
+    return Verdict(list(draft.tokens), choose(rows[n]))
 
 
 def verify_speculative(
@@ -52,9 +91,9 @@ def verify_speculative(
         np.maximum(residual, 0.0, out=residual)
         support = np.flatnonzero(residual)
         if support.size == 0:  # p == q up to rounding: rejection had probability ~0
-            return Verdict(i, p.sample(rng))
-        return Verdict(i, Distribution(support, residual[support] / residual[support].sum()).sample(rng))
-    return Verdict(len(draft), distribution(rows[len(draft)], params).sample(rng))
+            return Verdict(list(draft[:i]), p.sample(rng))
+        return Verdict(list(draft[:i]), Distribution(support, residual[support] / residual[support].sum()).sample(rng))
+    return Verdict(list(draft), distribution(rows[len(draft)], params).sample(rng))
 
 
 def verify_sample_match(
@@ -64,5 +103,5 @@ def verify_sample_match(
     for i, token in enumerate(draft):
         sampled = distribution(rows[i], params).sample(rng)
         if sampled != token:
-            return Verdict(i, sampled)
-    return Verdict(len(draft), distribution(rows[len(draft)], params).sample(rng))
+            return Verdict(list(draft[:i]), sampled)
+    return Verdict(list(draft), distribution(rows[len(draft)], params).sample(rng))

@@ -40,7 +40,7 @@ from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
 
-LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads")  # changing these reloads the pair
+LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads", "self_draft_layers")  # changing these reloads the pair
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
 

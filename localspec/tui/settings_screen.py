@@ -11,11 +11,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from localspec.settings import DRAFTERS, Settings, SettingsError
+from localspec.engine.defaults import DRAFTERS
+from localspec.settings import Settings, SettingsError
 
 # (field, label, help) in the order shown; None values mean "automatic"
 FORM = [
-    ("draft_max", "draft-max (K)", "most tokens drafted per step"),
+    ("draft_max", "draft-max (K)", "most tokens drafted per step; empty = 8 for auto, else the pair's"),
     ("draft_p_min", "draft p-min", "stop drafting below this draft confidence"),
     ("temperature", "temperature", "0 = greedy: exactly the target's output"),
     ("top_k", "top-k", "0 = off"),
@@ -27,6 +28,7 @@ FORM = [
     ("target_gpu_layers", "target GPU layers", "empty = all when offload works; reloads"),
     ("draft_gpu_layers", "draft GPU layers", "empty = all when offload works; reloads"),
     ("threads", "threads", "empty = physical cores; reloads"),
+    ("self_draft_layers", "self-draft blocks", "the self drafter's share of the target; empty = a quarter; reloads"),
 ]
 _TYPES = {f.name: f.type for f in fields(Settings)}
 
@@ -57,7 +59,8 @@ class SettingsScreen(ModalScreen["Settings | None"]):
             with VerticalScroll():
                 with Horizontal(classes="field"):
                     yield Label("drafter", classes="field-label")
-                    yield Select([(d, d) for d in DRAFTERS], value=self.settings.drafter, allow_blank=False, id="drafter")
+                    yield Select([(f"{name}: {what}", name) for name, what in DRAFTERS.items()], value=self.settings.drafter,
+                                 allow_blank=False, id="drafter")
                 for name, label, help_text in FORM:
                     value = getattr(self.settings, name)
                     with Horizontal(classes="field"):

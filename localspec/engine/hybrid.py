@@ -1,0 +1,49 @@
+"""Hybrid drafting: prompt lookup first, the draft model where lookup runs short.
+
+Lookup costs nothing but only knows text that occurred before; the draft model
+knows the language but costs a decode per token. Here lookup proposes what it
+can, and when its run is shorter than K the draft model continues from the end
+of it, so a step gets the long free run where there is one and a model's guess
+everywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from localspec.engine.drafter import Draft, ModelDrafter, one_hot
+from localspec.engine.ngram import NgramDrafter
+from localspec.engine.sampling import SamplingParams
+from localspec.engine.stats import GenerationStats
+
+
+class HybridDrafter:
+    name = "hybrid"
+
+    def __init__(self, model: ModelDrafter, ngram: NgramDrafter | None = None) -> None:
+        self.model = model
+        self.ngram = ngram or NgramDrafter()
+        self.decode_ns = 0
+
+    def start(self, prompt: Sequence[int]) -> None:
+        self.ngram.start(prompt)
+        self.model.start(prompt)
+        self.model.decode_ns = 0
+
+    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
+        lookup = self.ngram.match(k)
+        if len(lookup) >= k:
+            return Draft(lookup, one_hot(lookup) if sampling is not None else [])
+        continuation = self.model.continue_after(lookup, k - len(lookup), p_min, sampling, rng)
+        self.decode_ns = self.model.decode_ns
+        dists = one_hot(lookup) + continuation.dists if sampling is not None else []
+        return Draft(lookup + continuation.tokens, dists)
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        self.ngram.advance(tokens)
+        self.model.advance(tokens)
+
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
+        pass

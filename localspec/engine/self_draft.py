@@ -1,0 +1,100 @@
+"""Self-speculative drafts: the target's first N blocks and its output head, written as a GGUF of their own.
+
+A user without a small model of the target's family still gets a draft that
+shares the vocabulary exactly, because it is the target, cut short. Without
+training the shortened network's guesses are rough (its last hidden state was
+never meant to be read out after block N), so its acceptance is low: the bench
+reports it as it is. The copy is byte-for-byte for every tensor it keeps, in
+the target's own quantization.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+
+from localspec.engine.errors import EngineError
+from localspec.engine.model import check_gguf_file
+
+
+@dataclass(frozen=True)
+class SelfDraft:
+    path: Path
+    n_layers: int
+    of_layers: int
+    size_bytes: int
+
+
+def _layer_of(tensor_name: str) -> int | None:
+    if not tensor_name.startswith("blk."):
+        return None
+    return int(tensor_name.split(".")[1])
+
+
+def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
+    """Write `out`: the target's metadata with block_count = n_layers, its first n_layers blocks, and the rest (embeddings, head)."""
+    check_gguf_file(target)
+    reader = gguf.GGUFReader(target)
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    block_count_key = gguf.Keys.LLM.BLOCK_COUNT.format(arch=arch)
+    if block_count_key not in reader.fields:
+        raise EngineError(f"{target.name} has no {block_count_key}: it is not a layered language model, so no draft can be cut from it.")
+    total = int(reader.fields[block_count_key].contents())
+    if not 1 <= n_layers < total:
+        raise EngineError(f"--layers must be between 1 and {total - 1}: {target.name} has {total} blocks, and the draft keeps fewer.")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    writer = gguf.GGUFWriter(partial, arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue  # written by GGUFWriter itself
+        kind = field.types[0]
+        sub_kind = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name == block_count_key:
+            value = n_layers
+        elif field.name.startswith(f"{arch}.") and isinstance(value, list) and len(value) == total:
+            value = value[:n_layers]  # per-layer settings (some architectures list head counts per block)
+        elif field.name == gguf.Keys.General.NAME:
+            value = f"{value} (first {n_layers} of {total} blocks)"
+        writer.add_key_value(field.name, value, kind, sub_type=sub_kind)
+    kept = [t for t in reader.tensors if (layer := _layer_of(t.name)) is None or layer < n_layers]
+    for tensor in kept:
+        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for tensor in kept:
+            writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
+        writer.close()
+        os.replace(partial, out)  # a half-written draft never carries the final name
+    finally:
+        partial.unlink(missing_ok=True)
+    return SelfDraft(out, n_layers, total, out.stat().st_size)
+
+
+def default_layers(n_layer: int) -> int:
+    """A quarter of the blocks: the draft then costs about a quarter of a target pass, plus the output head."""
+    return max(1, n_layer // 4)
+
+
+def cached_self_draft(target: Path, n_layers: int | None, cache_dir: Path) -> SelfDraft:
+    """The self-draft for `target` with `n_layers` blocks (None: the default), made once and kept in `cache_dir`."""
+    check_gguf_file(target)
+    reader = gguf.GGUFReader(target)
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    field = reader.fields.get(gguf.Keys.LLM.BLOCK_COUNT.format(arch=arch))
+    total = int(field.contents()) if field is not None else 0
+    layers = n_layers if n_layers is not None else default_layers(total)
+    stat = target.stat()
+    identity = hashlib.sha256(f"{target.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    out = cache_dir / f"{target.stem}.{identity}.first{layers}.gguf"
+    if out.is_file():
+        return SelfDraft(out, layers, total, out.stat().st_size)
+    return make_self_draft(target, out, layers)

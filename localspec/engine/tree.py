@@ -1,0 +1,79 @@
+"""Tree drafting: where the draft is unsure, it proposes its two best candidates, and the target checks both at once.
+
+This is the scheme of llama.cpp's examples/speculative with its split
+probability (--p-split): at the first position where the draft's second choice
+is at least `p_split` likely, the draft forks. The main chain goes on with its
+first choice and the fork with its second, each up to K; the target verifies
+both branches in one decode, as two sequences that share the prefix in its KV
+cache, and keeps the branch that holds its own choices (see verify_tree).
+One fork per step keeps the batch at most 2K+1 tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from localspec.engine.drafter import Draft, Fork, ModelDrafter, one_hot
+from localspec.engine.sampling import SamplingParams, top_two
+from localspec.engine.stats import GenerationStats
+
+P_SPLIT = 0.1  # llama.cpp's default --p-split
+
+
+class TreeDrafter:
+    name = "tree"
+
+    def __init__(self, model: ModelDrafter, p_split: float = P_SPLIT) -> None:
+        self.model = model
+        self.p_split = p_split
+        self.decode_ns = 0
+
+    def start(self, prompt: Sequence[int]) -> None:
+        self.model.start(prompt)
+        self.model.decode_ns = 0
+
+    def _chain(self, start: np.ndarray | int, k: int, p_min: float) -> tuple[list[int], tuple[int, int] | None]:
+        """Up to k greedy tokens from the logits `start` (or from a given first token), and the first place worth forking."""
+        tokens: list[int] = []
+        fork: tuple[int, int] | None = None
+        if isinstance(start, int):
+            tokens.append(start)
+            if k == 1:
+                return tokens, None
+            row = self.model.step(start)
+        else:
+            row = start
+        while len(tokens) < k:
+            (best, p_best), (second, p_second) = top_two(row)
+            if p_best < p_min:
+                break
+            if fork is None and p_second >= self.p_split:
+                fork = (len(tokens), second)
+            tokens.append(best)
+            if len(tokens) == k:
+                break
+            row = self.model.step(best)
+        return tokens, fork
+
+    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
+        if k <= 0:
+            return Draft()
+        main, split = self._chain(self.model.feed([])[-1], k, p_min)
+        fork = None
+        if split is not None:
+            at, token = split
+            self.model.rewind(keep=at)  # back to the split point; the fork is drafted from there
+            branch, _ = self._chain(token, k - at, p_min)
+            fork = Fork(at, branch)
+        self.decode_ns = self.model.decode_ns
+        # Both branches are deterministic candidates: at temperature > 0 the target samples its own token and
+        # the branch holding it goes on, so every token still comes from p (q is one-hot).
+        return Draft(main, one_hot(main) if sampling is not None else [], fork)
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        self.model.advance(tokens)
+
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
+        pass
