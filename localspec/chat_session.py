@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from localspec.catalog import Pair
-from localspec.device import OffloadedLayers, backend_name, offloaded_layers
+from localspec.device import OffloadedLayers, backend_name, device_memory, offloaded_layers
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
@@ -22,6 +22,7 @@ from localspec.engine.events import Finished, StopReason
 from localspec.engine.sampling import SamplingParams
 from localspec.history import History
 from localspec.live_stats import LiveStats, StatsSnapshot
+from localspec.memory_plan import MemoryPlan, plan_pair
 from localspec.settings import Settings
 
 UPDATE_INTERVAL_S = 0.1  # the panel and the text redraw at most ten times a second
@@ -35,7 +36,8 @@ class LoadedPair:
     engine: Engine
     plain_ms_per_token: float
     backend: str
-    layers: list[OffloadedLayers]
+    plan: MemoryPlan
+    layers: list[OffloadedLayers]  # what llama.cpp was actually given, beside the plan
 
     def close(self) -> None:
         self.engine.close()
@@ -43,8 +45,10 @@ class LoadedPair:
 
 def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
               on_stage: Callable[[str], None], cancel: threading.Event) -> LoadedPair:
-    """Load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
-    config = EngineConfig(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers, settings.threads)
+    """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
+    on_stage("planning memory")
+    plan = plan_pair(target, draft, settings.n_ctx, device_memory(), settings.target_gpu_layers, settings.draft_gpu_layers)
+    config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads)
     engine = Engine(config, on_stage, cancel)
     try:
         on_stage("timing plain decoding")
@@ -52,10 +56,8 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
         finished = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS)))
         stats = finished.stats
         plain_ms = stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
-        layers = [offloaded_layers("target", engine.target.config.resolved_gpu_layers(), engine.target.n_layer)]
-        if engine.draft is not None:
-            layers.append(offloaded_layers("draft", engine.draft.config.resolved_gpu_layers(), engine.draft.n_layer))
-        return LoadedPair(pair, engine, plain_ms, backend_name(), layers)
+        layers = [offloaded_layers(model) for model in (engine.draft, engine.target) if model is not None]
+        return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers)
     except BaseException:
         engine.close()
         raise

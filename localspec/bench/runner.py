@@ -18,6 +18,7 @@ from typing import Callable, TypeVar
 from localspec import __version__
 from localspec.bench import reference
 from localspec.bench.report import print_report
+from localspec.device import device_record
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine
@@ -141,6 +142,7 @@ def run_bench(args: argparse.Namespace) -> int:
         result.machine = {
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
             "threads": engine.target.n_threads, "target": engine.target.description, "draft": engine.draft.description,
+            "device": device_record(engine),
         }
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
         for decoder in (engine.plain, engine.speculative):
