@@ -309,14 +309,14 @@ def _too_big_message(plan: MemoryPlan, needed_in_ram: int) -> str:
         f"KV cache {format_bytes(p.footprint.kv_bytes)}, compute {format_bytes(p.footprint.compute_bytes)})"
         for p in plan.placements
     )
-    gpu = ("no GPU offload" if memory.gpu_free is None else
-           f"{format_bytes(plan.gpu_bytes)} of it placed on the GPU ({format_bytes(memory.gpu_free)} free)")
+    gpu = ("This build has no GPU offload" if memory.gpu_free is None else
+           f"The GPU takes {format_bytes(plan.gpu_bytes)} of it ({format_bytes(memory.gpu_free)} free)")
     kv = sum(p.footprint.kv_bytes for p in plan.placements)
     assert memory.ram_available is not None
     return (
         f"The pair does not fit in this machine's memory at a {plan.n_ctx}-token context: it needs "
-        f"{format_bytes(sum(p.footprint.total_bytes for p in plan.placements))}: {parts}. With {gpu}, "
-        f"{format_bytes(needed_in_ram)} must stay in RAM, and {format_bytes(memory.ram_available)} is available. Options: "
+        f"{format_bytes(sum(p.footprint.total_bytes for p in plan.placements))}: {parts}. {gpu}, so "
+        f"{format_bytes(needed_in_ram)} must go in RAM, where {format_bytes(memory.ram_available)} is available. Options: "
         f"a smaller quantization (the target is {plan.target.footprint.quantization}); "
         f"a smaller context (the KV caches take {format_bytes(kv)}: --ctx-size {max(256, plan.n_ctx // 2)} halves that); "
         f"or a smaller pair (`localspec list` shows what each pair needs)."
