@@ -29,10 +29,10 @@ def _row(label: str, value: str, indent: int = 2) -> None:
     print(f"{'':{indent}}{label:<20}{value}")
 
 
-def _memory(free: int | None, total: int | None) -> str:
+def _memory(free: int | None, total: int | None, free_word: str = "available") -> str:
     if free is None:
         return f"{format_bytes(total)} in all" if total else "unknown"
-    return f"{format_bytes(free)} available of {format_bytes(total)}" if total else f"{format_bytes(free)} available"
+    return f"{format_bytes(free)} {free_word}" + (f" of {format_bytes(total)}" if total else "")
 
 
 def _print_software(info: MachineInfo) -> None:
@@ -47,11 +47,11 @@ def _print_hardware(info: MachineInfo) -> None:
     print("Hardware")
     _row("backend", info.backend if info.gpu_offload else "CPU (this build has no GPU offload: every layer runs on the CPU)")
     for gpu in info.gpus:
-        _row(gpu.name, f"{gpu.description}: {_memory(gpu.free_bytes, gpu.total_bytes).replace('available', 'free')}")
+        _row(gpu.name, f"{gpu.description}: {_memory(gpu.free_bytes, gpu.total_bytes, 'free')}")
     if not info.gpus:
         unused = [] if info.gpu_offload else nvidia_gpus()
         _row("GPUs", "none that llama.cpp can use" + "".join(
-            f"; {g.name} ({_memory(g.free_bytes, g.total_bytes).replace('available', 'free')}, seen by the driver)" for g in unused))
+            f"; {g.name} ({_memory(g.free_bytes, g.total_bytes, 'free')}, seen by the driver)" for g in unused))
     cpu = next((f", {d.description}" for d in info.devices if d.kind == "CPU"), "")
     _row("CPU cores", f"{info.physical_cores} physical ({info.logical_cores} logical){cpu}")
     _row("RAM", _memory(info.ram_available, info.ram_total))

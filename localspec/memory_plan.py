@@ -68,6 +68,7 @@ class ModelFootprint:
     input_bytes: int  # the token embedding (and small unplaced tensors): always on the CPU
     output_bytes: int  # output norm and head: the first layer llama.cpp offloads
     compute_bytes: int  # llama.cpp's compute buffer; it sits with the output layer
+    head_copy_bytes: int = 0  # a head tied to the embedding: on the GPU it needs its own copy; on the CPU it shares the file's
 
     @property
     def n_layer(self) -> int:
@@ -90,16 +91,22 @@ class ModelFootprint:
     def total_bytes(self) -> int:
         return self.weight_bytes + self.kv_bytes + self.compute_bytes
 
+    def _first_block_on_gpu(self, gpu_layers: int) -> int:
+        return self.n_layer - min(max(gpu_layers - 1, 0), self.n_layer)
+
     def gpu_bytes(self, gpu_layers: int) -> int:
         """What `n_gpu_layers = gpu_layers` puts on the GPU."""
         if gpu_layers <= 0:
             return 0
-        first = self.n_layer - min(gpu_layers - 1, self.n_layer)
-        return self.output_bytes + self.compute_bytes + sum(self.block_bytes[first:]) + sum(self.block_kv_bytes[first:])
+        first = self._first_block_on_gpu(gpu_layers)
+        return (self.output_bytes + self.head_copy_bytes + self.compute_bytes
+                + sum(self.block_bytes[first:]) + sum(self.block_kv_bytes[first:]))
 
     def ram_bytes(self, gpu_layers: int) -> int:
-        """What stays in RAM: every piece sits in exactly one place."""
-        return self.total_bytes - self.gpu_bytes(gpu_layers)
+        """What stays in RAM: the embedding, and everything not on the GPU."""
+        first = self._first_block_on_gpu(gpu_layers)
+        output = self.output_bytes + self.compute_bytes if gpu_layers <= 0 else 0
+        return self.input_bytes + output + sum(self.block_bytes[:first]) + sum(self.block_kv_bytes[:first])
 
 
 def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = DEFAULT_N_BATCH,
@@ -111,7 +118,6 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     n_layer = int(first.arch_value("block_count") or (max(blocks_found) + 1 if blocks_found else 0))
     block_bytes = [0] * n_layer
     input_bytes = output_bytes = 0
-    has_head = any(t.name == "output.weight" for t in tensors)
     for tensor in tensors:
         size = tensor_bytes(tensor)
         match = _BLOCK.match(tensor.name)
@@ -121,8 +127,8 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
             output_bytes += size  # extra blocks (next-token heads) are built with the output layer
         else:
             input_bytes += size
-        if tensor.name == "token_embd.weight" and not has_head:
-            output_bytes += size  # a tied head: llama.cpp loads a second copy of the embedding for the output layer
+    tied = not any(t.name == "output.weight" for t in tensors)
+    head_copy = sum(tensor_bytes(t) for t in tensors if t.name == "token_embd.weight") if tied else 0
 
     n_embd = int(first.arch_value("embedding_length") or 0)
     n_head = _per_block(first.arch_value("attention.head_count"), n_layer)
@@ -141,7 +147,7 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     activations = max(n_vocab + 2 * n_embd, 2 * n_ff + 4 * n_embd)
     compute = n_batch * (2 * n_ctx + 4 * activations)
     return ModelFootprint(label, ModelSummary.from_headers(first).quantization, tuple(block_bytes), tuple(block_kv),
-                          input_bytes, output_bytes, compute)
+                          input_bytes, output_bytes, compute, head_copy)
 
 
 def read_footprint(path: Path, n_ctx: int) -> ModelFootprint:

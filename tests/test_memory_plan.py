@@ -178,16 +178,17 @@ def test_kv_cache_follows_context_and_cache_type(real_models):
     assert q8.kv_bytes * 64 == f16.kv_bytes * 34  # q8_0: 34 bytes per 32 values, f16: 64
 
 
-def test_a_tied_head_loads_a_second_copy_of_the_embedding():
+def test_a_tied_head_needs_a_copy_of_the_embedding_on_the_gpu_only():
     embedding = TensorInfo("token_embd.weight", (64, 1000), int(GGMLQuantizationType.F16))
     norm = TensorInfo("output_norm.weight", (64,), int(GGMLQuantizationType.F32))
     block = TensorInfo("blk.0.attn_q.weight", (64, 64), int(GGMLQuantizationType.F32))
     metadata = {"general.architecture": "llama", "llama.block_count": 1, "llama.embedding_length": 64,
                 "llama.attention.head_count": 4, "tokenizer.ggml.tokens": ["t"] * 1000}
     tied = footprint([GGUFHeader(3, metadata, [embedding, norm, block], 0, 0)], 256, "tied")
-    assert tied.input_bytes == 64 * 1000 * 2
-    assert tied.output_bytes == 64 * 1000 * 2 + 64 * 4
-    assert tied.block_bytes == (64 * 64 * 4,)
+    assert (tied.input_bytes, tied.output_bytes, tied.block_bytes) == (64 * 1000 * 2, 64 * 4, (64 * 64 * 4,))
+    assert tied.head_copy_bytes == 64 * 1000 * 2
+    assert tied.gpu_bytes(1) == tied.output_bytes + tied.head_copy_bytes + tied.compute_bytes
+    assert tied.ram_bytes(0) == tied.total_bytes  # on the CPU, the head reads the embedding in place
 
 
 def test_a_pair_too_big_for_this_machine_is_refused_before_loading(tiny):
