@@ -25,7 +25,7 @@ from typing import Any
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localspec.catalog import split_parts
-from localspec.engine.model import DEFAULT_N_BATCH
+from localspec.engine.model import DEFAULT_N_BATCH, check_gguf_file
 from localspec.errors import LocalspecError
 from localspec.gguf_header import GGUFHeader, TensorInfo, read_local_header
 from localspec.hub.progress import format_bytes
@@ -152,6 +152,7 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
 
 def read_footprint(path: Path, n_ctx: int) -> ModelFootprint:
     """From the local file's header; a split set's first part brings the other parts' tensors."""
+    check_gguf_file(path)  # the loader's own messages for a missing file, a directory, or not a GGUF
     parts = [path.parent / Path(name).name for name in split_parts(path.name)]
     return footprint([read_local_header(part) for part in parts], n_ctx, path.name)
 
