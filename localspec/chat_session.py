@@ -15,7 +15,7 @@ from typing import Callable
 
 from localspec import paths
 from localspec.catalog import Pair
-from localspec.device import OffloadedLayers, backend_name, offloaded_layers
+from localspec.device import OffloadedLayers, backend_name, device_memory, offloaded_layers
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
@@ -24,6 +24,7 @@ from localspec.engine.events import Finished, StopReason
 from localspec.engine.sampling import SamplingParams
 from localspec.history import History
 from localspec.live_stats import LiveStats, StatsSnapshot
+from localspec.memory_plan import MemoryPlan, plan_pair
 from localspec.settings import Settings
 
 UPDATE_INTERVAL_S = 0.1  # the panel and the text redraw at most ten times a second
@@ -37,7 +38,8 @@ class LoadedPair:
     engine: Engine
     plain_ms_per_token: float
     backend: str
-    layers: list[OffloadedLayers]
+    plan: MemoryPlan
+    layers: list[OffloadedLayers]  # what llama.cpp was actually given, beside the plan
 
     def close(self) -> None:
         self.engine.close()
@@ -45,8 +47,10 @@ class LoadedPair:
 
 def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
               on_stage: Callable[[str], None], cancel: threading.Event) -> LoadedPair:
-    """Load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
-    config = EngineConfig(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers, settings.threads,
+    """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
+    on_stage("planning memory")
+    plan = plan_pair(target, draft, settings.n_ctx, device_memory(), settings.target_gpu_layers, settings.draft_gpu_layers)
+    config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads,
                           self_draft_dir=paths.cache_dir() / "self-drafts", self_draft_layers=settings.self_draft_layers)
     engine = Engine(config, on_stage, cancel)
     try:
@@ -55,10 +59,8 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
         finished = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS)))
         stats = finished.stats
         plain_ms = stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
-        layers = [offloaded_layers("target", engine.target.config.resolved_gpu_layers(), engine.target.n_layer)]
-        if engine.draft is not None:
-            layers.append(offloaded_layers("draft", engine.draft.config.resolved_gpu_layers(), engine.draft.n_layer))
-        return LoadedPair(pair, engine, plain_ms, backend_name(), layers)
+        layers = [offloaded_layers(model) for model in (engine.draft, engine.target) if model is not None]
+        return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers)
     except BaseException:
         engine.close()
         raise

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the engine loads llama.cpp: imported only by the commands t
     from localspec.engine.decode import GenerationConfig
     from localspec.engine.engine import EngineConfig
     from localspec.engine.stats import GenerationStats
+    from localspec.memory_plan import MemoryPlan
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +27,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", type=Path, help="draft model GGUF file (same tokenizer as the target)")
     group.add_argument("--ctx-size", type=int, default=4096, help="context size shared by both models (default 4096)")
     group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
-    group.add_argument("--target-gpu-layers", type=int, help="target layers on the GPU (default: all if offload works, -1 = all)")
-    group.add_argument("--draft-gpu-layers", type=int, help="draft layers on the GPU (default: all if offload works, -1 = all)")
+    group.add_argument("--target-gpu-layers", type=int, help="target layers on the GPU (default: the memory planner's choice; -1 = all)")
+    group.add_argument("--draft-gpu-layers", type=int, help="draft layers on the GPU (default: the memory planner's choice; -1 = all)")
 
 
 def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     make_draft.add_argument("--layers", type=int, required=True, help="how many of the target's blocks the draft keeps")
 
     _add_model_commands(commands)
+    commands.add_parser("doctor", help="what localspec sees: versions, backend, GPUs and memory, paths, downloaded pairs")
     return parser
 
 
@@ -147,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             resolve_models(args)
             return run_bench(args)
+        if args.command == "doctor":
+            from localspec.doctor import run_doctor
+
+            return run_doctor()
         from localspec.cli_models import run_model_command
 
         return run_model_command(args)
@@ -181,15 +187,25 @@ def resolve_models(args: argparse.Namespace) -> None:
         args.draft_max = defaults.draft_max_for(args.drafter, pair.draft_max if pair else None)
 
 
-def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True) -> EngineConfig:
+def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:
+    """Where each model's layers go, from the headers and the memory free now; refuses a pair that cannot fit."""
+    from localspec.device import device_memory
+    from localspec.memory_plan import plan_pair
+
+    draft = args.draft if with_draft else None
+    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, args.draft_gpu_layers)
+
+
+def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, plan: MemoryPlan | None = None) -> EngineConfig:
     from localspec.engine.engine import EngineConfig
 
+    plan = plan or memory_plan_from_args(args, with_draft)
     return EngineConfig(
         target=args.target,
         draft=args.draft if with_draft else None,
         n_ctx=args.ctx_size,
-        target_gpu_layers=args.target_gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
+        target_gpu_layers=plan.target.gpu_layers,
+        draft_gpu_layers=plan.draft_gpu_layers,
         n_threads=args.threads,
         self_draft_dir=paths.cache_dir() / "self-drafts",
         self_draft_layers=getattr(args, "self_layers", None),
@@ -212,6 +228,7 @@ def generation_config_from_args(args: argparse.Namespace, draft_max: int) -> Gen
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from localspec.device import device_record
     from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
     from localspec.engine.engine import Engine
     from localspec.engine.events import Finished, TokenEvent
@@ -219,7 +236,11 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.no_draft:
         args.drafter, args.draft_max = "none", 0
     config = generation_config_from_args(args, args.draft_max)
-    with Engine(engine_config_from_args(args, with_draft=not args.no_draft)) as engine:
+    plan = memory_plan_from_args(args, with_draft=not args.no_draft)
+    for warning in plan.warnings:
+        print(f"localspec: warning: {warning}", file=sys.stderr)
+    with Engine(engine_config_from_args(args, with_draft=not args.no_draft, plan=plan)) as engine:
+        device = device_record(engine) | {"plan": plan.to_dict()}
         if args.raw:
             prompt = raw_prompt_tokens(engine.target, args.prompt)
         else:
@@ -245,7 +266,7 @@ def run_generate(args: argparse.Namespace) -> int:
     assert finished is not None
     stats = finished.stats
     if args.json:
-        payload = {"text": "".join(pieces), "tokens": tokens, "stop_reason": finished.reason.value, "stats": stats.to_dict()}
+        payload = {"text": "".join(pieces), "tokens": tokens, "stop_reason": finished.reason.value, "stats": stats.to_dict(), "device": device}
         if finished.message:
             payload["message"] = finished.message
         print(json.dumps(payload, ensure_ascii=False))

@@ -29,6 +29,11 @@ def log_dir() -> Path:
     return Path(_DIRS.user_log_dir)
 
 
+def history_file() -> Path:
+    """The conversations (SQLite)."""
+    return data_dir() / "history.sqlite3"
+
+
 def llama_log_file() -> Path:
     """llama.cpp's own log: kept out of the terminal, but never thrown away."""
     return log_dir() / "llama.log"

@@ -341,3 +341,25 @@ async def test_the_real_pair_end_to_end(setup: Setup, real_models):
     cli = subprocess.run([sys.executable, "-m", "localspec", "generate", "--target", str(target), "--draft", str(draft),
                           "--prompt", prompt, "--max-tokens", "48", "--json"], capture_output=True, text=True, timeout=300)
     assert json.loads(cli.stdout)["text"] == view.text
+
+
+@run_async
+async def test_the_device_line_shows_the_layers_on_the_gpu_and_the_memory_plan(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny")
+    app = setup.app()
+    async with app.run_test(size=(200, 40)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        line = app.query_one("#device").render()
+        assert app.loaded.plan.target.gpu_layers == sum(l.on_gpu for l in app.loaded.layers if l.role == "target")
+        assert "draft 0/3, target 0/3 layers on GPU" in line  # two blocks and the output layer each, as llama.cpp counts
+        assert f"planned {app.loaded.plan.amounts}" in line and "planned RAM " in line and "in use RAM " in line
+
+
+@run_async
+async def test_a_pair_too_big_for_this_machine_is_refused_before_loading(setup: Setup, tiny):
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", n_ctx=2**30)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: any("does not fit" in n.message for n in app._notifications))
+        assert app.loaded is None
+        assert "tiny is not loaded" in app.query_one("#device").render()

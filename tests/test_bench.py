@@ -32,6 +32,8 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     # No llama.cpp tools in that directory: our measurements stand, and the report says why the comparison is missing.
     assert f"llama.cpp comparison skipped: {tmp_path / 'llama-bench'} not found" in result.stdout
     data = json.loads(out.read_text())
+    device = data["machine"]["device"]  # the device it ran on, and the layers llama.cpp put on the GPU
+    assert device["backend"] and device["physical_cores"] >= 1 and [o["role"] for o in device["offloaded"]] == ["target", "draft"]
     prompts = load_prompts(None)
     labels = [mode["label"] for mode in data["modes"]]
     expected = ["plain"] + [f"{d} K={k}" for d in ("model", "ngram", "hybrid", "hierarchical", "tree", "self") for k in (2, 4)] + ["auto K≤4"]

@@ -72,7 +72,7 @@ def test_model_without_chat_template(tiny):
     [
         ("missing", "Model file not found"),
         ("not_gguf", "is not a GGUF file"),
-        ("truncated", "truncated or damaged"),
+        ("truncated", "the file is truncated. Download it again"),  # the memory planner reads the header first
         ("mismatch", "cannot be used together"),
         ("no_template", "has no chat template"),
     ],

@@ -19,6 +19,7 @@ from localspec import __version__
 from localspec.bench import reference
 from localspec.bench.charts import save_charts
 from localspec.bench.report import print_report
+from localspec.device import device_record
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
 from localspec.engine.decode import Decoder, GenerationConfig
@@ -195,6 +196,7 @@ def run_bench(args: argparse.Namespace) -> int:
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
             "threads": engine.target.n_threads, "target": engine.target.description,
             "draft": engine.draft.description if engine.draft is not None else None,
+            "device": device_record(engine),
         }
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
         for mode in result.modes:  # loads the self draft and times auto's costs before anything is measured

@@ -65,7 +65,7 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
                  settings_path: Path | None = None, catalog_file: Path | None = None) -> None:
         super().__init__()
         self.hub_config = hub_config or HubConfig.from_env()
-        self.history_path = history_path or paths.data_dir() / "history.sqlite3"
+        self.history_path = history_path or paths.history_file()
         self.settings_path = settings_path
         self.catalog_file = catalog_file or user_catalog_path()
         self.settings = Settings()

@@ -77,6 +77,8 @@ class PairControl:
         save_settings(self.settings, self.settings_path)
         self.refresh_device_line()
         self.notify(f"{message.loaded.pair.title} is ready.", timeout=3)
+        for warning in message.loaded.plan.warnings:
+            self.notify(f"Memory plan: {warning}.", severity="warning", timeout=15)
 
     def on_pair_load_failed(self, message: m.PairLoadFailed) -> None:
         if message.pair_id != self.loading_pair:
@@ -92,9 +94,10 @@ class PairControl:
         if self.loaded is None:
             return
         loaded = self.loaded
-        layers = " · ".join(f"{l.role} {l.on_gpu}/{l.total} layers on GPU" for l in loaded.layers)
+        layers = ", ".join(f"{l.role} {l.on_gpu}/{l.total}" for l in loaded.layers)
         offload = "GPU offload available" if gpu_offload_supported() else "no GPU offload"
-        self.set_device_text(f"{loaded.pair.id} · {loaded.backend} ({offload}) · {layers} · RAM {format_bytes(resident_memory_bytes())}")
+        self.set_device_text(f"{loaded.pair.id} · {loaded.backend} ({offload}) · {layers} layers on GPU · "
+                             f"planned {loaded.plan.amounts} · in use RAM {format_bytes(resident_memory_bytes())}")
 
     # --- downloads (driven by the models screen or the first-run offer) -----------------------------
 

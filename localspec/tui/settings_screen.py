@@ -25,8 +25,8 @@ FORM = [
     ("seed", "seed", "empty = random each time"),
     ("max_tokens", "max tokens", "per answer"),
     ("n_ctx", "context size", "tokens; reloads the pair"),
-    ("target_gpu_layers", "target GPU layers", "empty = all when offload works; reloads"),
-    ("draft_gpu_layers", "draft GPU layers", "empty = all when offload works; reloads"),
+    ("target_gpu_layers", "target GPU layers", "empty = the memory planner decides, -1 = all; reloads"),
+    ("draft_gpu_layers", "draft GPU layers", "empty = the memory planner decides, -1 = all; reloads"),
     ("threads", "threads", "empty = physical cores; reloads"),
     ("self_draft_layers", "self-draft blocks", "the self drafter's share of the target; empty = a quarter; reloads"),
 ]

@@ -1,0 +1,105 @@
+"""`localspec doctor`: what localspec sees on this machine, and what to fix.
+
+Versions and llama.cpp's build, the backend and its GPUs, cores and RAM, where
+localspec keeps its files, and which pairs are downloaded, with the memory plan
+each would load with. It only reads: it changes no file and loads no model.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+
+from localspec import __version__, paths
+from localspec.catalog import load_catalog, user_catalog_path
+from localspec.device import MachineInfo, device_memory, machine_info
+from localspec.errors import LocalspecError
+from localspec.gpu_build import nvidia_gpus, unused_gpu_advice
+from localspec.hub.config import HubConfig
+from localspec.hub.progress import format_bytes
+from localspec.memory_plan import DeviceMemory, plan_pair
+from localspec.pair_files import download_status, pair_states
+from localspec.settings import settings_path
+
+PLAN_N_CTX = 4096  # the context the app and `generate` use unless told otherwise
+
+
+def _row(label: str, value: str, indent: int = 2) -> None:
+    print(f"{'':{indent}}{label:<20}{value}")
+
+
+def _memory(free: int | None, total: int | None, free_word: str = "available") -> str:
+    if free is None:
+        return f"{format_bytes(total)} in all" if total else "unknown"
+    return f"{format_bytes(free)} {free_word}" + (f" of {format_bytes(total)}" if total else "")
+
+
+def _print_software(info: MachineInfo) -> None:
+    print("Software")
+    _row("localspec", __version__)
+    _row("Python", f"{platform.python_version()} ({sys.executable})")
+    _row("llama-cpp-python", metadata.version("llama-cpp-python"))
+    _row("llama.cpp build", info.llama_system_info)
+
+
+def _print_hardware(info: MachineInfo) -> None:
+    print("Hardware")
+    _row("backend", info.backend if info.gpu_offload else "CPU (this build has no GPU offload: every layer runs on the CPU)")
+    for gpu in info.gpus:
+        _row(gpu.name, f"{gpu.description}: {_memory(gpu.free_bytes, gpu.total_bytes, 'free')}")
+    if not info.gpus:
+        unused = [] if info.gpu_offload else nvidia_gpus()
+        _row("GPUs", "none that llama.cpp can use" + "".join(
+            f"; {g.name} ({_memory(g.free_bytes, g.total_bytes, 'free')}, seen by the driver)" for g in unused))
+    cpu = next((f", {d.description}" for d in info.devices if d.kind == "CPU"), "")
+    _row("CPU cores", f"{info.physical_cores} physical ({info.logical_cores} logical){cpu}")
+    _row("RAM", _memory(info.ram_available, info.ram_total))
+
+
+def _print_paths(hub: HubConfig) -> None:
+    print("Paths")
+    _row("settings", str(settings_path()))
+    _row("your pairs", str(user_catalog_path()))
+    _row("conversations", str(paths.history_file()))
+    _row("cache", str(paths.cache_dir()))
+    _row("llama.cpp log", str(paths.llama_log_file()))
+    _row("models", f"{hub.cache_dir} (the Hugging Face cache)")
+
+
+def _print_pairs(hub: HubConfig, memory: DeviceMemory) -> None:
+    print(f"Pairs (downloaded, and the memory plan at a {PLAN_N_CTX}-token context)")
+    try:
+        catalog = load_catalog()
+    except LocalspecError as exc:
+        _row("catalog", f"cannot be read: {exc}")
+        return
+    for pair in catalog.pairs.values():
+        states = pair_states(hub, pair)
+        status = download_status(states)
+        plan = ""
+        if status == "yes":
+            target, draft = (state.first_file for state in states)
+            assert target is not None and draft is not None
+            try:
+                plan = plan_pair(target, draft, PLAN_N_CTX, memory).describe()
+            except LocalspecError as exc:
+                plan = str(exc)
+        print(f"  {pair.id:<30}{status:<13}{plan}".rstrip())
+
+
+def run_doctor() -> int:
+    info = machine_info()
+    hub = HubConfig.from_env()
+    print("localspec doctor\n")
+    _print_software(info)
+    print()
+    _print_hardware(info)
+    print()
+    _print_paths(hub)
+    print()
+    _print_pairs(hub, device_memory(info))
+    advice = unused_gpu_advice(info.gpu_offload, info.llama_system_info, f"{sys.executable} -m pip")
+    if advice:
+        print(f"\n{advice}")
+    return 0
