@@ -118,7 +118,7 @@ async def test_a_prompt_streams_the_targets_own_text_and_the_statistics(setup: S
 
 @run_async
 async def test_escape_stops_mid_answer_and_keeps_the_text(setup: Setup, tiny):
-    setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative_draft"]), last_pair="tiny", max_tokens=3000)
+    setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative_draft"]), last_pair="tiny", max_tokens=3000, drafter="model")
     app = setup.app()
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: app.loaded is not None)
@@ -266,6 +266,7 @@ def test_the_app_answers_in_a_real_terminal(tmp_path, tiny):
     config = tmp_path / "config" / "localspec"
     config.mkdir(parents=True)
     (config / "models.toml").write_text('default = "tiny"\n' + local_pair("tiny", tiny["target"], tiny["same"]))
+    (config / "settings.json").write_text(json.dumps({"drafter": "model"}))  # an identical draft: every token accepted
     env = f"XDG_CONFIG_HOME={tmp_path / 'config'} XDG_DATA_HOME={tmp_path / 'data'} XDG_STATE_HOME={tmp_path / 'state'}"
     session = f"localspec-test-{tmp_path.name}"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30",
@@ -327,7 +328,7 @@ async def test_regenerate_system_prompt_and_added_pairs(setup: Setup, tiny):
 @run_async
 async def test_the_real_pair_end_to_end(setup: Setup, real_models):
     target, draft = real_models
-    setup.write(local_pair("qwen", target, draft), last_pair="qwen", max_tokens=48)
+    setup.write(local_pair("qwen", target, draft), last_pair="qwen", max_tokens=48, drafter="model")
     app = setup.app()
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.loaded is not None, timeout=180)
@@ -339,7 +340,7 @@ async def test_the_real_pair_end_to_end(setup: Setup, real_models):
         assert "def " in view.text
     # the same answer as the command line gives for the same prompt and settings
     cli = subprocess.run([sys.executable, "-m", "localspec", "generate", "--target", str(target), "--draft", str(draft),
-                          "--prompt", prompt, "--max-tokens", "48", "--json"], capture_output=True, text=True, timeout=300)
+                          "--prompt", prompt, "--max-tokens", "48", "--drafter", "model", "--json"], capture_output=True, text=True, timeout=300)
     assert json.loads(cli.stdout)["text"] == view.text
 
 
