@@ -9,28 +9,15 @@ everywhere else.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
-from localspec.engine.drafter import Draft, ModelDrafter, one_hot
-from localspec.engine.ngram import NgramDrafter
+from localspec.engine.drafter import Draft, one_hot
+from localspec.engine.lookup_model import LookupModelDrafter
 from localspec.engine.sampling import SamplingParams
-from localspec.engine.stats import GenerationStats
 
 
-class HybridDrafter:
+class HybridDrafter(LookupModelDrafter):
     name = "hybrid"
-
-    def __init__(self, model: ModelDrafter, ngram: NgramDrafter | None = None) -> None:
-        self.model = model
-        self.ngram = ngram or NgramDrafter()
-        self.decode_ns = 0
-
-    def start(self, prompt: Sequence[int]) -> None:
-        self.ngram.start(prompt)
-        self.model.start(prompt)
-        self.model.decode_ns = 0
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.match(k)
@@ -40,10 +27,3 @@ class HybridDrafter:
         self.decode_ns = self.model.decode_ns
         dists = one_hot(lookup) + continuation.dists if sampling is not None else []
         return Draft(lookup + continuation.tokens, dists)
-
-    def advance(self, tokens: Sequence[int]) -> None:
-        self.ngram.advance(tokens)
-        self.model.advance(tokens)
-
-    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
-        pass

@@ -1,0 +1,34 @@
+"""The shared frame of the drafters that pair prompt lookup with the draft model (hybrid, hierarchical).
+
+Both must keep the lookup index and the draft's cache in step with the accepted
+text; they differ only in how a proposal is made, which each defines in `propose`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from localspec.engine.drafter import ModelDrafter
+from localspec.engine.ngram import NgramDrafter
+from localspec.engine.stats import GenerationStats
+
+
+class LookupModelDrafter:
+    name = "lookup+model"
+
+    def __init__(self, model: ModelDrafter, ngram: NgramDrafter | None = None) -> None:
+        self.model = model
+        self.ngram = ngram or NgramDrafter()
+        self.decode_ns = 0
+
+    def start(self, prompt: Sequence[int]) -> None:
+        self.ngram.start(prompt)
+        self.model.start(prompt)
+        self.model.decode_ns = 0
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        self.ngram.advance(tokens)
+        self.model.advance(tokens)
+
+    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
+        pass
