@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from localspec.bench.runner import load_prompts, parse_ks, parse_p_mins
+from localspec.bench.ceiling import lookup_ceiling
+from localspec.bench.runner import load_prompts, parse_ks, parse_p_mins, select_prompts
 from localspec.engine.cost_model import StepCosts, draft_length_distribution, expected_tokens_per_step
 from localspec.engine.errors import EngineError
 
@@ -45,6 +46,10 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
         if m["drafter"] == "model":
             assert m["stats"]["acceptance_rate"] == 1.0  # an identical draft
     assert {p["category"] for p in data["prompts"]} >= {"code-writing", "code-editing", "chat", "creative", "repetition-chat"}
+    # Lookup with foresight, per prompt: never below plain, since it may always choose not to draft.
+    assert set(data["lookup_ceiling"]) == {p.id for p in prompts}
+    assert all(c["ratio"] > 1.0 - 1e-9 and c["tokens"] == 24 for c in data["lookup_ceiling"].values())
+    assert "auto × plain per prompt (lookup ceiling):" in result.stdout
     for chart in ("bench-speed.png", "bench-acceptance.png"):
         path = tmp_path / "charts" / chart
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"chart: {path}" in result.stdout
@@ -71,6 +76,27 @@ def test_bench_at_a_temperature_compares_speculative_sampling_with_sample_and_ma
 def test_bench_refuses_unknown_drafters(tmp_path, tiny):
     result = bench(tmp_path, tiny, "--drafters", "model,magic")
     assert result.returncode == 2 and "--drafters takes a comma-separated list" in result.stderr
+
+
+def test_only_picks_prompts_by_id_or_category():
+    prompts = load_prompts(None)
+    chosen = select_prompts(prompts, "code-editing,creative-haiku")
+    assert {p.category for p in chosen} == {"code-editing", "creative"} and sum(p.category == "creative" for p in chosen) == 1
+    with pytest.raises(EngineError, match=r"--only: no prompt or category named nonsense\. Categories: chat, code-editing"):
+        select_prompts(prompts, "chat,nonsense")
+
+
+def test_the_lookup_ceiling_gains_only_where_the_answer_repeats():
+    def batch_friendly(n: int) -> float:  # each extra row costs a fifth of a lone token
+        return 10.0 + 2.0 * n
+
+    prompt = list(range(100, 160))
+    assert lookup_ceiling(prompt, list(range(500, 540)), batch_friendly, 4).ratio == 1.0  # nothing to copy
+    copy = lookup_ceiling(prompt, prompt[10:50], batch_friendly, 4)
+    # After the first two tokens (nothing to match yet), steps of 1 + 4 tokens at 20 ms against 12 ms per token alone.
+    assert copy.tokens == 40 and copy.plain_ms == 40 * 12.0
+    assert copy.foresight_ms == pytest.approx(2 * 12.0 + 38 / 5 * 20.0, abs=20.0)
+    assert copy.ratio > 2.0
 
 
 def test_prompt_file_errors_name_the_line(tmp_path):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
+from localspec.bench.ceiling import combined
 from localspec.engine.cost_model import StepCosts
 from localspec.engine.stats import GenerationStats
 
@@ -92,8 +94,18 @@ def print_report(result: BenchResult) -> None:
         _print_llama_cpp_side_by_side(result, plain_all)
 
 
-def category_table(result: BenchResult) -> list[tuple[str, float, Mode | None, float, float]]:
-    """Per category: plain tok/s, the best fixed mode and its ×plain, and auto's ×plain."""
+@dataclass(frozen=True)
+class CategoryRow:
+    category: str
+    plain_per_second: float
+    best: Mode | None  # the fastest fixed drafter and K
+    best_ratio: float  # its tok/s ÷ plain tok/s
+    auto_ratio: float
+    ceiling_ratio: float | None  # prompt lookup with foresight (greedy runs only)
+
+
+def category_table(result: BenchResult) -> list[CategoryRow]:
+    """Per category: plain tok/s, the best fixed mode and its ×plain, auto's ×plain, and the lookup ceiling."""
     from localspec.bench.runner import PLAIN
 
     rows = []
@@ -105,16 +117,19 @@ def category_table(result: BenchResult) -> list[tuple[str, float, Mode | None, f
         fixed = [(ratio(total(m for m in in_category if m.mode == mode), plain), mode) for mode in result.modes if mode.fixed]
         best_ratio, best = max(fixed, key=lambda pair: pair[0]) if fixed else (0.0, None)
         auto = ratio(total(m for m in in_category if m.mode in auto_modes), plain) if auto_modes else 0.0
-        rows.append((category, plain.predicted_per_second, best, best_ratio, auto))
+        ceilings = [c for prompt_id, c in result.ceilings.items() if prompt_id in ids]
+        rows.append(CategoryRow(category, plain.predicted_per_second, best, best_ratio, auto, combined(ceilings).ratio if ceilings else None))
     return rows
 
 
 def _print_categories(result: BenchResult) -> None:
-    print("\nBy category: tok/s ÷ plain tok/s, auto against the best fixed drafter and K")
-    print(f"{'category':<18} {'plain tok/s':>11} {'best fixed':>22} {'×plain':>7} {'auto ×plain':>11} {'auto ÷ best':>11}")
-    for category, plain_rate, best, best_ratio, auto in category_table(result):
-        share = f"{auto / best_ratio:11.2f}" if best_ratio else f"{'-':>11}"
-        print(f"{category:<18} {plain_rate:11.1f} {best.label if best else '-':>22} {best_ratio:7.2f} {auto:11.2f} {share}")
+    print("\nBy category: tok/s ÷ plain tok/s, auto against the best fixed drafter and K, and what lookup could reach with foresight")
+    print(f"{'category':<18} {'plain tok/s':>11} {'best fixed':>22} {'×plain':>7} {'auto ×plain':>11} {'auto ÷ best':>11} {'ceiling':>8}")
+    for row in category_table(result):
+        share = f"{row.auto_ratio / row.best_ratio:11.2f}" if row.best_ratio else f"{'-':>11}"
+        ceiling = f"{row.ceiling_ratio:8.2f}" if row.ceiling_ratio is not None else f"{'-':>8}"
+        print(f"{row.category:<18} {row.plain_per_second:11.1f} {row.best.label if row.best else '-':>22} {row.best_ratio:7.2f} "
+              f"{row.auto_ratio:11.2f} {share} {ceiling}")
     auto_runs = [m for m in result.measurements if m.mode.drafter == "auto"]
     if auto_runs:
         from localspec.bench.runner import PLAIN
@@ -122,6 +137,12 @@ def _print_categories(result: BenchResult) -> None:
         plain_by_prompt = {m.prompt_id: m.stats for m in result.measurements if m.mode == PLAIN}
         worst = min((ratio(m.stats, plain_by_prompt[m.prompt_id]), m.prompt_id) for m in auto_runs if m.prompt_id in plain_by_prompt)
         print(f"auto's slowest prompt: {worst[1]} at {worst[0]:.2f} × plain")
+        print("auto × plain per prompt (lookup ceiling):")
+        for prompt in result.prompts:
+            plain = total(m for m in result.measurements if m.prompt_id == prompt.id and m.mode == PLAIN)
+            auto = total(m for m in auto_runs if m.prompt_id == prompt.id)
+            ceiling = result.ceilings.get(prompt.id)
+            print(f"  {prompt.id:<26} {ratio(auto, plain):5.2f}" + (f"  ({ceiling.ratio:.2f})" if ceiling else ""))
 
 
 def _print_auto(result: BenchResult) -> None:

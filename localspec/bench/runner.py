@@ -17,11 +17,13 @@ from typing import Callable, TypeVar
 
 from localspec import __version__
 from localspec.bench import reference
+from localspec.bench.ceiling import Ceiling, lookup_ceiling
 from localspec.bench.charts import save_charts
 from localspec.bench.report import print_report
 from localspec.device import device_record
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
+from localspec.engine.controller import AutoDrafter
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
@@ -107,6 +109,7 @@ class BenchResult:
     reference: list[ReferenceMeasurement] = field(default_factory=list)
     reference_error: str | None = None
     machine: dict[str, object] = field(default_factory=dict)
+    ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
 
 
 def load_prompts(path: Path | None) -> list[BenchPrompt]:
@@ -126,6 +129,22 @@ def load_prompts(path: Path | None) -> list[BenchPrompt]:
     if not prompts:
         raise EngineError(f"{source} holds no prompts.")
     return prompts
+
+
+def select_prompts(prompts: list[BenchPrompt], only: str | None) -> list[BenchPrompt]:
+    """The prompts whose id or category is in the comma-separated `only` (all of them without it)."""
+    if only is None:
+        return prompts
+    wanted = {part.strip() for part in only.split(",") if part.strip()}
+    chosen = [p for p in prompts if p.id in wanted or p.category in wanted]
+    unknown = wanted - {p.id for p in prompts} - {p.category for p in prompts}
+    if unknown or not chosen:
+        names = ", ".join(sorted(unknown)) if unknown else repr(only)
+        raise EngineError(
+            f"--only: no prompt or category named {names}. "
+            f"Categories: {', '.join(sorted({p.category for p in prompts}))}; prompts: {', '.join(p.id for p in prompts)}."
+        )
+    return chosen
 
 
 def parse_p_mins(text: str) -> list[float]:
@@ -188,7 +207,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     ks = parse_ks(args.draft_max)
     reference_p_mins = parse_p_mins(args.reference_p_min)
-    prompts = load_prompts(args.prompts)
+    prompts = select_prompts(load_prompts(args.prompts), args.only)
     drafters = parse_drafters(args.drafters, args.draft is not None)
     result = BenchResult(ks=ks, prompts=prompts, modes=bench_modes(drafters, ks, args.temperature), temperature=args.temperature)
     with Engine(engine_config_from_args(args)) as engine:
@@ -245,6 +264,9 @@ def _bench_prompt(
         if sampling.greedy:
             m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[PLAIN].tokens, m.tokens)) if a != b), None)
         result.measurements.append(m)
+    auto = engine.decoder("auto").drafter
+    if sampling.greedy and prompt.id not in result.ceilings and isinstance(auto, AutoDrafter):
+        result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, auto.costs.verify, result.ks[-1])
     if args.llama_cpp_bin and not result.reference_error and engine.draft is not None and sampling.greedy:
         text = render_chat(engine.target, _messages(prompt))
         for k in result.ks:
@@ -299,4 +321,5 @@ def _as_json(result: BenchResult) -> dict[str, object]:
         "llama_bench_matched": {"n_gen": result.matched_workload[0], "depth": result.matched_workload[1], "tok_s": result.llama_bench_matched},
         "reference": [asdict(r) for r in result.reference],
         "reference_error": result.reference_error,
+        "lookup_ceiling": {prompt_id: asdict(c) | {"ratio": c.ratio} for prompt_id, c in result.ceilings.items()},
     }

@@ -5,8 +5,15 @@ draft tokens, from the acceptance measured at each draft position) and what the
 step costs (drafting K, plus verifying K+1 in the target), both measured on this
 machine, and takes the best; K = 0 is plain decoding, so speculation that does
 not pay is simply not chosen. The measurements decay, so a change of character
-(code to prose) shows within a few steps, and the draft model is tried now and
-then even when it is losing, so that it can win back.
+(code to prose) shows within a few steps.
+
+Prompt lookup is judged every step whether it drafted or not: its run is free to
+compute, and the text that follows shows how much of it the target would have
+accepted (at T > 0 too: a one-hot draft token is accepted with the target's
+probability of it, which is the chance the target emits it). So lookup needs no
+exploration, and where it lost it costs nothing to keep watching. The draft model
+costs a decode to judge, so it is tried now and then even when it is losing, at
+doubling intervals, so that it can win back.
 """
 
 from __future__ import annotations
@@ -17,9 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, Drafter, ModelDrafter
+from localspec.engine.drafter import Draft, Drafter, ModelDrafter, one_hot
 from localspec.engine.model import Model
-from localspec.engine.ngram import NgramDrafter
+from localspec.engine.ngram import Lookup, NgramDrafter
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 
@@ -29,6 +36,13 @@ EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to th
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 SPIKE = 2.0  # a step slower than this many times the estimate is noise, not a cost
 MODEL_K_MAX = 8
+# A lookup run is judged by how far its source agrees with the text before the cursor: each class (by the least
+# agreement it holds) learns its own acceptance, starting from these priors (what the bench's prompts showed).
+MATCH_CLASS_PRIORS = {2: 0.4, 4: 0.6, 8: 0.8, 16: 0.9}
+
+
+def match_class(match_length: int) -> int:
+    return max((bound for bound in MATCH_CLASS_PRIORS if match_length >= bound), default=min(MATCH_CLASS_PRIORS))
 
 
 @dataclass
@@ -139,6 +153,25 @@ class Decision:
     predicted_tokens: float  # 1 + expected accepted tokens
 
 
+@dataclass
+class ShadowRun:
+    """A lookup run waiting for the text that follows it, which tells how much of it would have been accepted."""
+
+    key: str  # the acceptance model it informs
+    tokens: list[int]
+    matched: int = 0
+
+    def judge(self, tokens: Sequence[int]) -> bool:
+        """Compare the next settled tokens; True once the run is decided (a mismatch, or all of it matched)."""
+        for token in tokens:
+            if token != self.tokens[self.matched]:
+                return True
+            self.matched += 1
+            if self.matched == len(self.tokens):
+                return True
+        return False
+
+
 class AutoDrafter:
     """Chooses, each step, between plain decoding, prompt lookup and the draft model, and how far to draft."""
 
@@ -149,14 +182,19 @@ class AutoDrafter:
         self.model = model
         self.ngram = ngram or NgramDrafter()
         self.decode_ns = 0
-        self.acceptance: dict[str, AcceptanceModel] = {self.ngram.name: AcceptanceModel(prior=0.5)}
+        self.acceptance: dict[str, AcceptanceModel] = {
+            self._lookup_key(bound): AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()
+        }
         if model is not None:
             self.acceptance[model.name] = AcceptanceModel(prior=0.7)
         self.last_decision = Decision("none", 0, 1.0)
-        self._chosen: Drafter | None = None
-        self._draft = Draft()
+        self._shadows: list[ShadowRun] = []
+        self._model_drafted = 0  # tokens the draft model proposed this step (0: it was not asked)
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
+
+    def _lookup_key(self, bound: int) -> str:
+        return f"{self.ngram.name} match>={bound}"
 
     def _drafters(self) -> list[Drafter]:
         return [d for d in (self.ngram, self.model) if d is not None]
@@ -165,17 +203,18 @@ class AutoDrafter:
         for drafter in self._drafters():
             drafter.start(prompt)
             drafter.decode_ns = 0  # the prompt is the decoder's to time, as for any drafter
+        self._shadows = []
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
 
-    def decide(self, k_cap: int, lookup: list[int]) -> Decision:
+    def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
-        options: list[tuple[Decision, float, float]] = [(plain, 1.0 / self.costs.verify(1), 1.0 / self.costs.verify(1))]
-        ngram_acceptance = self.acceptance[self.ngram.name]
-        for k in range(1, min(k_cap, len(lookup)) + 1):
-            cost = self.costs.verify(k + 1)
+        options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
+        ngram_acceptance = self.acceptance[self._lookup_key(match_class(lookup.match_length))]
+        for k in range(1, min(k_cap, len(lookup.tokens)) + 1):
             tokens = 1 + ngram_acceptance.expected_accepted(k)
-            options.append((Decision(self.ngram.name, k, tokens), tokens / cost, (k + 1) / cost))
+            options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
+        model_tries: list[tuple[Decision, float]] = []  # each with the rate it would reach if all were accepted
         if self.model is not None and self.costs.draft_ms_per_token is not None:
             model_acceptance = self.acceptance[self.model.name]
             # The draft first catches up on the text it skipped, in one batch (as cheap per token as the target's batches).
@@ -184,42 +223,54 @@ class AutoDrafter:
             for k in range(1, min(k_cap, MODEL_K_MAX) + 1):
                 cost = catch_up + k * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
                 tokens = 1 + model_acceptance.expected_accepted(k)
-                options.append((Decision(self.model.name, k, tokens), tokens / cost, (k + 1) / cost))
-        best, best_rate, _ = max(options, key=lambda option: option[1])
-        if best.drafter != "none":
+                options.append((Decision(self.model.name, k, tokens), tokens / cost))
+                model_tries.append((Decision(self.model.name, k, tokens), (k + 1) / cost))
+        best, best_rate = max(options, key=lambda option: option[1])
+        if self.model is not None and best.drafter == self.model.name:
             self._since_explore, self._explore_every = 0, EXPLORE_FIRST
             return best
         self._since_explore += 1
-        # Exploration: now and then, try the drafter that would win if all its tokens were accepted. One that
-        # cannot beat plain decoding even then (a draft model too slow for its target) is never tried.
-        hopeful = [(optimistic, decision) for decision, _, optimistic in options if decision.drafter != "none" and optimistic > best_rate]
+        # Exploration: now and then, try the draft model if it would win with all its tokens accepted. One that
+        # cannot beat the best choice even then (a draft too slow for its target) is never tried.
+        hopeful = [decision for decision, optimistic in model_tries if optimistic > best_rate]
         if hopeful and self._since_explore >= self._explore_every:
             self._since_explore = 0
             self._explore_every = min(EXPLORE_MAX, 2 * self._explore_every)
-            return min((decision for _, decision in hopeful), key=lambda decision: decision.k)  # the cheapest try
+            return min(hopeful, key=lambda decision: decision.k)  # the cheapest try
         return best
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        lookup = self.ngram.match(k) if k > 0 else []
+        lookup = self.ngram.lookup(k)
+        if lookup.tokens:
+            self._shadows.append(ShadowRun(self._lookup_key(match_class(lookup.match_length)), lookup.tokens))
         decision = self.decide(k, lookup)
         self.last_decision = decision
-        # "none" asks the n-gram drafter for zero tokens: it proposes nothing and keeps its index current.
-        chosen: Drafter = self.model if self.model is not None and decision.drafter == self.model.name else self.ngram
-        self._chosen = chosen
-        start = time.perf_counter_ns()
-        self._draft = chosen.propose(decision.k, p_min, sampling, rng)
-        if chosen is self.model and self._draft.tokens:
-            self.costs.observe_draft((time.perf_counter_ns() - start) / 1e6 / len(self._draft.tokens))
+        self._model_drafted = 0
+        if self.model is not None and decision.drafter == self.model.name:
+            start = time.perf_counter_ns()
+            draft = self.model.propose(decision.k, p_min, sampling, rng)
+            if draft.tokens:
+                self.costs.observe_draft((time.perf_counter_ns() - start) / 1e6 / len(draft.tokens))
+            self._model_drafted = len(draft.tokens)
+        else:
+            tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
+            draft = Draft(tokens, one_hot(tokens) if sampling is not None else [])
         self.decode_ns = sum(d.decode_ns for d in self._drafters())
-        return self._draft
+        return draft
 
     def advance(self, tokens: Sequence[int]) -> None:
-        if self._chosen is not None and self._draft.tokens:
-            self.acceptance[self._chosen.name].observe(len(self._draft.tokens), len(tokens) - 1)
+        if self.model is not None and self._model_drafted:
+            self.acceptance[self.model.name].observe(self._model_drafted, len(tokens) - 1)
+        self._model_drafted = 0
+        undecided = []
+        for shadow in self._shadows:
+            if shadow.judge(tokens):
+                self.acceptance[shadow.key].observe(len(shadow.tokens), shadow.matched)
+            else:
+                undecided.append(shadow)
+        self._shadows = undecided
         for drafter in self._drafters():
             drafter.advance(tokens)
-        self._chosen = None
-        self._draft = Draft()
 
     def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
         """Learn the verify cost, and report this step's choice and prediction in the statistics."""

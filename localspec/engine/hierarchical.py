@@ -20,7 +20,7 @@ class HierarchicalDrafter(LookupModelDrafter):
     name = "hierarchical"
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        lookup = self.ngram.match(k)
+        lookup = self.ngram.lookup(k).tokens
         agreed = lookup[: self.model.agreed_prefix(lookup)]
         self.decode_ns = self.model.decode_ns
         # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).

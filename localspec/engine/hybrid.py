@@ -20,7 +20,7 @@ class HybridDrafter(LookupModelDrafter):
     name = "hybrid"
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        lookup = self.ngram.match(k)
+        lookup = self.ngram.lookup(k).tokens
         if len(lookup) >= k:
             return Draft(lookup, one_hot(lookup) if sampling is not None else [])
         continuation = self.model.continue_after(lookup, k - len(lookup), p_min, sampling, rng)

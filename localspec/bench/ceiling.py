@@ -1,0 +1,46 @@
+"""The most prompt lookup could gain on an answer, given foresight: the bound the bench sets beside auto.
+
+Replaying the plain answer, at each step it drafts exactly as much of the lookup
+run as the target will accept (or nothing, where a shorter batch pays better),
+at this machine's measured verify costs. No real drafter can beat it, so where
+it sits below a goal, no choice of K or confidence rule can reach that goal
+with prompt lookup on this machine; where auto sits far below it, there is room.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from localspec.engine.ngram import NgramDrafter
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    tokens: int
+    plain_ms: float  # every token verified alone
+    foresight_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.plain_ms / self.foresight_ms if self.foresight_ms else 0.0
+
+
+def lookup_ceiling(prompt: Sequence[int], answer: Sequence[int], verify_ms: Callable[[int], float], k_cap: int) -> Ceiling:
+    drafter = NgramDrafter()
+    drafter.start(prompt)
+    position, spent = 0, 0.0
+    while position < len(answer):
+        run = drafter.lookup(k_cap).tokens
+        agreed = 0
+        while agreed < len(run) and position + agreed < len(answer) and run[agreed] == answer[position + agreed]:
+            agreed += 1
+        k = max(range(agreed + 1), key=lambda n: (n + 1) / verify_ms(n + 1))
+        spent += verify_ms(k + 1)
+        drafter.advance(answer[position : position + k + 1])
+        position += k + 1
+    return Ceiling(len(answer), len(answer) * verify_ms(1), spent)
+
+
+def combined(ceilings: Sequence[Ceiling]) -> Ceiling:
+    return Ceiling(sum(c.tokens for c in ceilings), sum(c.plain_ms for c in ceilings), sum(c.foresight_ms for c in ceilings))
