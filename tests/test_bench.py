@@ -49,7 +49,7 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     # Lookup with foresight, per prompt: never below plain, since it may always choose not to draft.
     assert set(data["lookup_ceiling"]) == {p.id for p in prompts}
     assert all(c["ratio"] > 1.0 - 1e-9 and c["tokens"] == 24 for c in data["lookup_ceiling"].values())
-    assert "auto × plain per prompt (lookup ceiling):" in result.stdout
+    assert "auto × plain per prompt: all rounds together, the median round and the range (lookup ceiling)" in result.stdout
     for chart in ("bench-speed.png", "bench-acceptance.png"):
         path = tmp_path / "charts" / chart
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"chart: {path}" in result.stdout
@@ -60,12 +60,12 @@ def test_bench_at_a_temperature_compares_speculative_sampling_with_sample_and_ma
     prompts.write_text('{"id": "a", "prompt": "tell me everything"}\n{"id": "b", "prompt": "the cat sat on the mat"}\n')
     out = tmp_path / "bench.json"
     result = bench(tmp_path, tiny, "--draft-max", "3", "--drafters", "model", "--temperature", "0.7", "--prompts", str(prompts),
-                   "--json", str(out))
+                   "--auto-max", "5", "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert "Verification at the same temperature, prompts and seeds" in result.stdout
     assert "K=3: speculative sampling" in result.stdout and "sample-and-match" in result.stdout
     data = json.loads(out.read_text())
-    assert [mode["label"] for mode in data["modes"]] == ["plain", "model K=3", "auto K≤3", "model K=3 sample-match"]
+    assert [mode["label"] for mode in data["modes"]] == ["plain", "model K=3", "auto K≤5", "model K=3 sample-match"]
     assert all(m["departs_at"] is None for m in data["measurements"])  # not judged against plain at temperature > 0
     seeds = {m["prompt"]: set() for m in data["measurements"]}
     for m in data["measurements"]:

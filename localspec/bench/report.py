@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
@@ -137,12 +138,14 @@ def _print_categories(result: BenchResult) -> None:
         plain_by_prompt = {m.prompt_id: m.stats for m in result.measurements if m.mode == PLAIN}
         worst = min((ratio(m.stats, plain_by_prompt[m.prompt_id]), m.prompt_id) for m in auto_runs if m.prompt_id in plain_by_prompt)
         print(f"auto's slowest prompt: {worst[1]} at {worst[0]:.2f} × plain")
-        print("auto × plain per prompt (lookup ceiling):")
+        print("auto × plain per prompt: all rounds together, the median round and the range (lookup ceiling)")
         for prompt in result.prompts:
-            plain = total(m for m in result.measurements if m.prompt_id == prompt.id and m.mode == PLAIN)
-            auto = total(m for m in auto_runs if m.prompt_id == prompt.id)
+            plains = [m.stats for m in result.measurements if m.prompt_id == prompt.id and m.mode == PLAIN]
+            autos = [m.stats for m in auto_runs if m.prompt_id == prompt.id]
+            rounds = sorted(ratio(a, p) for a, p in zip(autos, plains))  # both lists are in round order
             ceiling = result.ceilings.get(prompt.id)
-            print(f"  {prompt.id:<26} {ratio(auto, plain):5.2f}" + (f"  ({ceiling.ratio:.2f})" if ceiling else ""))
+            print(f"  {prompt.id:<26} {ratio(GenerationStats.total(autos), GenerationStats.total(plains)):5.2f}  "
+                  f"median {statistics.median(rounds):5.2f} ({rounds[0]:.2f}-{rounds[-1]:.2f})" + (f"  ({ceiling.ratio:.2f})" if ceiling else ""))
 
 
 def _print_auto(result: BenchResult) -> None:
@@ -161,14 +164,16 @@ def _print_auto(result: BenchResult) -> None:
 
 def _print_verification(result: BenchResult) -> None:
     """At temperature > 0: speculative sampling against sample-and-match, same draft model, K, prompts and seeds."""
-    print("\nVerification at the same temperature, prompts and seeds: draft tokens accepted")
+    print("\nVerification at the same temperature, prompts and seeds: draft tokens accepted, in all and per token emitted")
     for k in result.ks:
         spec = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "speculative")
         match = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "sample-match")
         if spec.draft_n and match.draft_n:
             print(
-                f"K={k}: speculative sampling {100 * spec.acceptance_rate:5.1f}% ({spec.tokens_per_step:.2f} tok/pass)   "
-                f"sample-and-match {100 * match.acceptance_rate:5.1f}% ({match.tokens_per_step:.2f} tok/pass)"
+                f"K={k}: speculative sampling {spec.draft_n_accepted} of {spec.draft_n} ({100 * spec.acceptance_rate:5.1f}%, "
+                f"{spec.draft_n_accepted / spec.predicted_n:.2f} per token emitted, {spec.tokens_per_step:.2f} tok/pass)   "
+                f"sample-and-match {match.draft_n_accepted} of {match.draft_n} ({100 * match.acceptance_rate:5.1f}%, "
+                f"{match.draft_n_accepted / match.predicted_n:.2f} per token emitted, {match.tokens_per_step:.2f} tok/pass)"
             )
 
 

@@ -194,9 +194,9 @@ def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> t
     raise AssertionError("generate() ended without Finished")
 
 
-def bench_modes(drafters: list[str], ks: list[int], temperature: float) -> list[Mode]:
-    """Plain, each drafter at each K, auto capped at the largest K; at temperature > 0 also sample-and-match."""
-    modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode("auto", ks[-1])]
+def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max: int | None = None) -> list[Mode]:
+    """Plain, each drafter at each K, auto (capped at `auto_max`, else the largest K); at temperature > 0 also sample-and-match."""
+    modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode("auto", auto_max or ks[-1])]
     if temperature > 0 and "model" in drafters:
         modes += [Mode("model", k, "sample-match") for k in ks]
     return modes
@@ -209,7 +209,10 @@ def run_bench(args: argparse.Namespace) -> int:
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = select_prompts(load_prompts(args.prompts), args.only)
     drafters = parse_drafters(args.drafters, args.draft is not None)
-    result = BenchResult(ks=ks, prompts=prompts, modes=bench_modes(drafters, ks, args.temperature), temperature=args.temperature)
+    if args.auto_max is not None and args.auto_max < 1:
+        raise ValueError("--auto-max must be 1 or more")
+    modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
+    result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature)
     with Engine(engine_config_from_args(args)) as engine:
         result.machine = {
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
@@ -266,7 +269,8 @@ def _bench_prompt(
         result.measurements.append(m)
     auto = engine.decoder("auto").drafter
     if sampling.greedy and prompt.id not in result.ceilings and isinstance(auto, AutoDrafter):
-        result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, auto.costs.verify, result.ks[-1])
+        auto_cap = max(mode.k for mode in modes if mode.drafter == "auto")
+        result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, auto.costs.verify, auto_cap)
     if args.llama_cpp_bin and not result.reference_error and engine.draft is not None and sampling.greedy:
         text = render_chat(engine.target, _messages(prompt))
         for k in result.ks:
