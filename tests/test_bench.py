@@ -49,6 +49,7 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     # Lookup with foresight, per prompt: never below plain, since it may always choose not to draft.
     assert set(data["lookup_ceiling"]) == {p.id for p in prompts}
     assert all(c["ratio"] > 1.0 - 1e-9 and c["tokens"] == 24 for c in data["lookup_ceiling"].values())
+    assert "the target's verify cost by batch size" in result.stdout and data["verify_ms"]["1"] > 0
     assert "auto × plain per prompt: all rounds together, the median round and the range (lookup ceiling)" in result.stdout
     for chart in ("bench-speed.png", "bench-acceptance.png"):
         path = tmp_path / "charts" / chart

@@ -187,6 +187,18 @@ def test_lookups_are_judged_even_on_the_steps_that_did_not_draft():
     assert learned and all(model.hits == model.tries for model in learned)  # the copy was seen to match all along
 
 
+def test_verify_costs_follow_the_machines_speed_and_learn_rare_sizes_quickly():
+    costs = CostTable({1: 50.0, 4: 150.0}, observations={1: 3, 4: 3})  # as a calibration of three repeats leaves it
+    for _ in range(200):
+        costs.observe_verify(1, 60.0)  # the machine got 20% slower; only single tokens are being timed
+    assert costs.verify(1) == pytest.approx(60.0, rel=0.01) and costs.verify(4) == pytest.approx(180.0, rel=0.01)
+    for _ in range(4):
+        costs.observe_verify(4, 240.0)  # a batch of 4 turns out dearer than calibrated
+    assert costs.verify(4) == pytest.approx((3 * 180.0 + 4 * 240.0) / 7, rel=1e-3)  # a plain mean with the calibration's three runs
+    costs.observe_verify(4, 1000.0)  # a spike (another process took the CPU): not this batch's cost
+    assert costs.verify(4) == pytest.approx((3 * 180.0 + 4 * 240.0) / 7, rel=1e-3)
+
+
 def test_acceptance_is_learned_per_position_and_forgets_slowly():
     model = AcceptanceModel(prior=0.5)
     for _ in range(50):

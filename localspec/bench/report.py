@@ -160,6 +160,10 @@ def _print_auto(result: BenchResult) -> None:
     predicted = stats.predicted_tokens_per_step
     if predicted is not None:
         print(f"  tokens per step: predicted {predicted:.2f}, got {stats.tokens_per_step:.2f}")
+    if result.verify_ms and 1 in result.verify_ms:
+        one = result.verify_ms[1]
+        print("  the target's verify cost by batch size (auto's table, calibrated at load and kept current):")
+        print("  " + ", ".join(f"{n}: {ms:.0f} ms ({ms / one:.2f}×)" for n, ms in result.verify_ms.items()))
 
 
 def _print_verification(result: BenchResult) -> None:

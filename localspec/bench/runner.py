@@ -110,6 +110,7 @@ class BenchResult:
     reference_error: str | None = None
     machine: dict[str, object] = field(default_factory=dict)
     ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
+    verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
 
 
 def load_prompts(path: Path | None) -> list[BenchPrompt]:
@@ -231,6 +232,9 @@ def run_bench(args: argparse.Namespace) -> int:
                 _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result)
                 print(f"  measured {prompt.id} (round {round_index + 1}/{args.rounds})", flush=True)
         _llama_bench(args, engine, result)
+        auto = engine.decoder("auto").drafter
+        if isinstance(auto, AutoDrafter):
+            result.verify_ms = dict(sorted(auto.costs.verify_ms.items()))
     print_report(result)
     if args.json_file:
         args.json_file.write_text(json.dumps(_as_json(result), indent=2))
@@ -325,5 +329,6 @@ def _as_json(result: BenchResult) -> dict[str, object]:
         "llama_bench_matched": {"n_gen": result.matched_workload[0], "depth": result.matched_workload[1], "tok_s": result.llama_bench_matched},
         "reference": [asdict(r) for r in result.reference],
         "reference_error": result.reference_error,
+        "verify_ms": result.verify_ms,
         "lookup_ceiling": {prompt_id: asdict(c) | {"ratio": c.ratio} for prompt_id, c in result.ceilings.items()},
     }

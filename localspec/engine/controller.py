@@ -18,6 +18,7 @@ doubling intervals, so that it can win back.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -33,7 +34,7 @@ from localspec.engine.stats import GenerationStats
 DECAY = 0.97  # per observation: the last ~30 steps weigh most
 EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losing...
 EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to this
-CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 16)
 SPIKE = 2.0  # a step slower than this many times the estimate is noise, not a cost
 MODEL_K_MAX = 8
 # A lookup run is judged by how far its source agrees with the text before the cursor: each class (by the least
@@ -52,7 +53,7 @@ class CostTable:
     verify_ms: dict[int, float] = field(default_factory=dict)
     draft_ms_per_token: float | None = None
     fixed: bool = False  # costs measured elsewhere (a test, another machine): kept as given, not learned
-
+    observations: dict[int, float] = field(default_factory=dict)  # passes timed per batch size, calibration included
 
     def verify(self, n: int) -> float:
         """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes."""
@@ -74,12 +75,24 @@ class CostTable:
         return max(1e-3, self.verify_ms[edge] + slope * (n - edge))
 
     def observe_verify(self, n: int, ms: float) -> None:
+        """Learn from one verify pass. A single token is timed nearly every step, so it tracks the machine's
+        speed (other load, clocks); when it moves, every batch size moves with it, or rarely drafted sizes
+        would keep costs from a faster moment and look cheaper than they are."""
         if self.fixed:
             return
         old = self.verify_ms.get(n)
         if old is not None and ms > SPIKE * old:  # another process took the CPU for a moment: not this batch's cost
             return
-        self.verify_ms[n] = ms if old is None else DECAY * old + (1 - DECAY) * ms
+        seen = self.observations.get(n, 0.0)
+        # A plain mean while evidence is scarce (the calibration counts as its repeats), then a decaying one.
+        weight = max(1 - DECAY, 1 / (seen + 1))
+        new = ms if old is None else old + weight * (ms - old)
+        self.observations[n] = seen + 1
+        if n == 1 and old is not None:
+            for size in self.verify_ms:
+                self.verify_ms[size] *= new / old
+        else:
+            self.verify_ms[n] = new
 
     def observe_draft(self, ms_per_token: float) -> None:
         if self.fixed:
@@ -88,24 +101,29 @@ class CostTable:
         self.draft_ms_per_token = ms_per_token if old is None else DECAY * old + (1 - DECAY) * ms_per_token
 
 
-def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 2) -> CostTable:
+def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 3) -> CostTable:
     """Time the target on each batch size and the draft on single tokens, from an empty cache (then emptied again).
 
-    The fastest of `repeats` runs is kept: on a shared machine noise only ever adds time.
+    The machine's speed drifts (other load, clocks) by more than the differences that decide K, so sizes are
+    timed in turn within each repeat, each size's cost is taken relative to the single token timed beside it,
+    and the median of those ratios scales the median single-token time: a shape that drift does not bend.
     """
     table = CostTable()
     token = target.bos if target.bos >= 0 else 0
-    for n in sizes:
-        if n > target.n_batch:
-            break
-        runs = []
-        for _ in range(repeats):
+    sizes = [n for n in sizes if n <= target.n_batch]
+    runs: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
             target.truncate(0)
             start = time.perf_counter()
             target.decode([token] * n, outputs=n)
-            runs.append((time.perf_counter() - start) * 1000)
-        table.verify_ms[n] = min(runs)
+            runs[n].append((time.perf_counter() - start) * 1000)
     target.truncate(0)
+    if 1 in runs:
+        one = statistics.median(runs[1])
+        for n, times in runs.items():
+            table.verify_ms[n] = one * statistics.median(ms / single for ms, single in zip(times, runs[1]))
+            table.observations[n] = repeats
     if draft is not None:
         draft.truncate(0)
         draft.decode([token], outputs=1)
