@@ -117,7 +117,8 @@ def auto_decisions(target, draft, tokens: int, costs: tuple[dict[int, float], fl
     """Real models and real acceptance; the costs are given (tiny models cost the same as their drafts)."""
     with Engine(EngineConfig(target, draft)) as engine:
         assert engine.draft is not None
-        decoder = Decoder(engine.target, AutoDrafter(CostTable(dict(costs[0]), costs[1], fixed=True), ModelDrafter(engine.draft)))
+        drafter = ModelDrafter(engine.draft, lazy_start=True)  # as the engine gives auto
+        decoder = Decoder(engine.target, AutoDrafter(CostTable(dict(costs[0]), costs[1], fixed=True), drafter))
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         result = run(decoder, prompt, GenerationConfig(max_tokens=tokens, draft_max=8))
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=tokens))
@@ -134,6 +135,20 @@ def test_the_controller_drafts_long_when_drafts_always_match(tiny):
 def test_the_controller_stops_drafting_when_drafts_never_match(tiny):
     decisions = auto_decisions(tiny["target"], tiny["unrelated"], 400, CPU_LIKE)
     assert decisions.get("none", 0) >= 0.8 * sum(decisions.values()), decisions
+
+
+def test_autos_draft_model_reads_the_prompt_only_once_it_drafts(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["unrelated"])) as engine:
+        assert engine.draft is not None
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
+        costs = CostTable(dict(CPU_LIKE[0]), CPU_LIKE[1], fixed=True)
+        idle = run(Decoder(engine.target, AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))), prompt,
+                   GenerationConfig(max_tokens=40, draft_max=8))
+        assert not any(label.startswith("draft-model") for label in idle.finished.stats.decisions)
+        assert engine.draft.kv_tokens == []  # never asked to draft: the prompt was never decoded into it
+        eager = ModelDrafter(engine.draft)
+        eager.start(prompt)
+        assert engine.draft.kv_tokens == prompt[:-1]
 
 
 def test_a_draft_too_slow_for_its_target_is_never_tried(tiny):

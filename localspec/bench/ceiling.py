@@ -32,8 +32,8 @@ def lookup_ceiling(prompt: Sequence[int], answer: Sequence[int], verify_ms: Call
     position, spent = 0, 0.0
     while position < len(answer):
         run = drafter.lookup(k_cap).tokens
-        agreed = 0
-        while agreed < len(run) and position + agreed < len(answer) and run[agreed] == answer[position + agreed]:
+        agreed = 0  # the step's last token is always the target's own, so a run can cover all but the answer's last
+        while agreed < len(run) and position + agreed + 1 < len(answer) and run[agreed] == answer[position + agreed]:
             agreed += 1
         k = max(range(agreed + 1), key=lambda n: (n + 1) / verify_ms(n + 1))
         spent += verify_ms(k + 1)

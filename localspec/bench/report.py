@@ -132,20 +132,26 @@ def _print_categories(result: BenchResult) -> None:
         print(f"{row.category:<18} {row.plain_per_second:11.1f} {row.best.label if row.best else '-':>22} {row.best_ratio:7.2f} "
               f"{row.auto_ratio:11.2f} {share} {ceiling}")
     auto_runs = [m for m in result.measurements if m.mode.drafter == "auto"]
-    if auto_runs:
-        from localspec.bench.runner import PLAIN
+    if not auto_runs:
+        return
+    from localspec.bench.runner import PLAIN
 
-        plain_by_prompt = {m.prompt_id: m.stats for m in result.measurements if m.mode == PLAIN}
-        worst = min((ratio(m.stats, plain_by_prompt[m.prompt_id]), m.prompt_id) for m in auto_runs if m.prompt_id in plain_by_prompt)
-        print(f"auto's slowest prompt: {worst[1]} at {worst[0]:.2f} × plain")
-        print("auto × plain per prompt: all rounds together, the median round and the range (lookup ceiling)")
-        for prompt in result.prompts:
-            plains = [m.stats for m in result.measurements if m.prompt_id == prompt.id and m.mode == PLAIN]
-            autos = [m.stats for m in auto_runs if m.prompt_id == prompt.id]
-            rounds = sorted(ratio(a, p) for a, p in zip(autos, plains))  # both lists are in round order
-            ceiling = result.ceilings.get(prompt.id)
-            print(f"  {prompt.id:<26} {ratio(GenerationStats.total(autos), GenerationStats.total(plains)):5.2f}  "
-                  f"median {statistics.median(rounds):5.2f} ({rounds[0]:.2f}-{rounds[-1]:.2f})" + (f"  ({ceiling.ratio:.2f})" if ceiling else ""))
+    lines, medians = [], []
+    for prompt in result.prompts:
+        plains = [m.stats for m in result.measurements if m.prompt_id == prompt.id and m.mode == PLAIN]
+        autos = [m.stats for m in auto_runs if m.prompt_id == prompt.id]
+        rounds = sorted(ratio(a, p) for a, p in zip(autos, plains))  # both lists are in round order
+        if not rounds:
+            continue
+        medians.append((statistics.median(rounds), prompt.id))
+        ceiling = result.ceilings.get(prompt.id)
+        lines.append(f"  {prompt.id:<26} {ratio(GenerationStats.total(autos), GenerationStats.total(plains)):5.2f}  "
+                     f"median {medians[-1][0]:5.2f} ({rounds[0]:.2f}-{rounds[-1]:.2f})" + (f"  ({ceiling.ratio:.2f})" if ceiling else ""))
+    if medians:
+        slowest = min(medians)
+        print(f"auto's slowest prompt: {slowest[1]} at {slowest[0]:.2f} × plain (median of {result.rounds} round(s))")
+    print("auto × plain per prompt: all rounds together, the median round and the range (lookup ceiling)")
+    print("\n".join(lines))
 
 
 def _print_auto(result: BenchResult) -> None:

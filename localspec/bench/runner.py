@@ -111,6 +111,7 @@ class BenchResult:
     machine: dict[str, object] = field(default_factory=dict)
     ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
     verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
+    rounds: int = 1
 
 
 def load_prompts(path: Path | None) -> list[BenchPrompt]:
@@ -213,7 +214,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.auto_max is not None and args.auto_max < 1:
         raise ValueError("--auto-max must be 1 or more")
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
-    result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature)
+    result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
     with Engine(engine_config_from_args(args)) as engine:
         result.machine = {
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),

@@ -100,16 +100,20 @@ class ModelDrafter:
 
     name = "draft-model"
 
-    def __init__(self, model: Model, name: str = "draft-model") -> None:
+    def __init__(self, model: Model, name: str = "draft-model", lazy_start: bool = False) -> None:
         self.model = model
         self.name = name
+        self.lazy_start = lazy_start  # read the prompt only when first asked to draft (auto may never ask)
         self.decode_ns = 0
         self._pending: list[int] = []  # accepted tokens not yet in the draft's cache
         self._speculated: list[int] = []  # tokens in the cache past the accepted text (drafted, not yet judged)
 
     def start(self, prompt: Sequence[int]) -> None:
-        self.model.prefill(prompt[:-1])  # prompt time, which the decoder measures itself
-        self._pending = [prompt[-1]]
+        if self.lazy_start:  # the first draft catches up on the prompt, and pays for it then
+            self._pending = list(prompt[self.model.keep_cached_prefix(prompt[:-1]) :])
+        else:
+            self.model.prefill(prompt[:-1])  # prompt time, which the decoder measures itself
+            self._pending = [prompt[-1]]
         self._speculated = []
 
     def _decode(self, tokens: list[int], outputs: int = 1) -> np.ndarray:

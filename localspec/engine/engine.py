@@ -85,7 +85,10 @@ class Engine:
             return ModelDrafter(self._load_self_draft(), name="self-draft")
         if name == "auto":
             # The controller's costs are timed here, on first use: a few target passes.
-            return AutoDrafter(calibrate(self.target, self.draft), ModelDrafter(self.draft) if self.draft is not None else None)
+            # Its draft model reads the prompt only if auto picks it: on a machine where it never pays, the first
+            # token does not wait for a draft prefill.
+            model = ModelDrafter(self.draft, lazy_start=True) if self.draft is not None else None
+            return AutoDrafter(calibrate(self.target, self.draft), model)
         if self.draft is None:
             raise EngineError(f"The {name} drafter needs a draft model: give --draft (or a pair), or pick ngram, self or auto.")
         model = ModelDrafter(self.draft)

@@ -333,12 +333,17 @@ class Model:
         errors = "; ".join(llama_log.take_recent_errors()) or f"llama_decode returned {rc}"
         return f"{self.role} model: decoding failed ({errors}). See {llama_log.log_file_path()}."
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """Make the cache hold exactly `tokens`, reusing the longest prefix already cached."""
+    def keep_cached_prefix(self, tokens: Sequence[int]) -> int:
+        """Cut the cache back to its longest prefix shared with `tokens` (an earlier turn, say); how many tokens stay."""
         keep = 0
         limit = min(len(tokens), len(self.kv_tokens))
         while keep < limit and tokens[keep] == self.kv_tokens[keep]:
             keep += 1
         self.truncate(keep)
+        return keep
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Make the cache hold exactly `tokens`, reusing the longest prefix already cached."""
+        keep = self.keep_cached_prefix(tokens)
         for start in range(keep, len(tokens), self.n_batch):
             self.decode(tokens[start : start + self.n_batch], outputs=0)
