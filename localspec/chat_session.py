@@ -51,7 +51,7 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
     on_stage("planning memory")
     plan = plan_pair(target, draft, settings.n_ctx, device_memory(), settings.target_gpu_layers, settings.draft_gpu_layers)
     config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads,
-                          self_draft_dir=paths.cache_dir() / "self-drafts", self_draft_layers=settings.self_draft_layers)
+                          self_draft_dir=paths.self_draft_dir(), self_draft_layers=settings.self_draft_layers)
     engine = Engine(config, on_stage, cancel)
     try:
         on_stage("timing plain decoding")

@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(bench)
     bench.add_argument("--prompts", type=Path, help="JSONL prompt set (default: the bundled set)")
     bench.add_argument("--only", help="comma-separated prompt ids or categories to run (default: every prompt)")
-    bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8); auto's cap is the largest")
+    bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8)")
     bench.add_argument("--auto-max", type=int, help="auto's K cap (default: the largest K of --draft-max)")
     bench.add_argument("--drafters", help="comma-separated fixed drafters to sweep (default: all the pair can run; auto always runs)")
     bench.add_argument("--temperature", type=float, default=0.0,
@@ -209,7 +209,7 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, p
         target_gpu_layers=plan.target.gpu_layers,
         draft_gpu_layers=plan.draft_gpu_layers,
         n_threads=args.threads,
-        self_draft_dir=paths.cache_dir() / "self-drafts",
+        self_draft_dir=paths.self_draft_dir(),
         self_draft_layers=getattr(args, "self_layers", None),
     )
 

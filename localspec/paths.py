@@ -29,6 +29,11 @@ def log_dir() -> Path:
     return Path(_DIRS.user_log_dir)
 
 
+def self_draft_dir() -> Path:
+    """Where `--drafter self` keeps the drafts it cuts from targets (remade at will, so a cache)."""
+    return cache_dir() / "self-drafts"
+
+
 def history_file() -> Path:
     """The conversations (SQLite)."""
     return data_dir() / "history.sqlite3"

@@ -6,7 +6,7 @@ matplotlib draws them headless (the Agg backend), so they work over SSH and in C
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from localspec.bench.report import total
 
@@ -38,11 +38,7 @@ def save_charts(result: BenchResult, directory: Path) -> list[Path]:
         axes.axhline(rate(drafter="auto"), color="tab:red", linestyle="-.", linewidth=2, label="auto")
     axes.set(xlabel="K (most tokens drafted per step)", ylabel="tokens per second", xticks=result.ks,
              title=f"Speed by drafter and K (all prompts, temperature {result.temperature:g})")
-    axes.legend()
-    axes.grid(alpha=0.3)
-    speed_path = directory / SPEED_CHART
-    speed.savefig(speed_path, dpi=120, bbox_inches="tight")
-    plt.close(speed)
+    paths = [_finish(speed, axes, directory / SPEED_CHART)]
 
     acceptance, axes = plt.subplots(figsize=(8, 5))
     k = result.ks[-1]
@@ -54,9 +50,16 @@ def save_charts(result: BenchResult, directory: Path) -> list[Path]:
             axes.plot(range(1, len(by_position) + 1), by_position, marker="o", label=drafter)
     axes.set(xlabel="draft position", ylabel="share accepted (this and every earlier position)", ylim=(0, 1.05),
              title=f"Acceptance by position (K={k}; auto at the K it chose)")
+    paths.append(_finish(acceptance, axes, directory / ACCEPTANCE_CHART))
+    return paths
+
+
+def _finish(figure: Any, axes: Any, path: Path) -> Path:
+    """Legend, grid, and the PNG written; the figure is closed so a long bench does not hold every chart."""
+    from matplotlib import pyplot as plt
+
     axes.legend()
     axes.grid(alpha=0.3)
-    acceptance_path = directory / ACCEPTANCE_CHART
-    acceptance.savefig(acceptance_path, dpi=120, bbox_inches="tight")
-    plt.close(acceptance)
-    return [speed_path, acceptance_path]
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return path

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, Drafter, ModelDrafter, one_hot
+from localspec.engine.drafter import Draft, Drafter, ModelDrafter
 from localspec.engine.model import Model
 from localspec.engine.ngram import Lookup, NgramDrafter
 from localspec.engine.sampling import SamplingParams
@@ -272,7 +272,7 @@ class AutoDrafter:
             self._model_drafted = len(draft.tokens)
         else:
             tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
-            draft = Draft(tokens, one_hot(tokens) if sampling is not None else [])
+            draft = Draft.deterministic(tokens, sampling)
         self.decode_ns = sum(d.decode_ns for d in self._drafters())
         return draft
 

@@ -50,6 +50,11 @@ class Draft:
         """The deepest draft position either branch reaches."""
         return max(self.branch_length(0), self.branch_length(1))
 
+    @classmethod
+    def deterministic(cls, tokens: list[int], sampling: SamplingParams | None, fork: Fork | None = None) -> Draft:
+        """Tokens proposed without sampling (lookup, vetted or tree candidates): at T > 0 each carries a one-hot q."""
+        return cls(tokens, one_hot(tokens) if sampling is not None else [], fork)
+
 
 def one_hot(tokens: Sequence[int]) -> list[Distribution]:
     """q for tokens proposed deterministically: speculative sampling then keeps token x with probability p(x), exactly."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, one_hot
+from localspec.engine.drafter import Draft
 from localspec.engine.lookup_model import LookupModelDrafter
 from localspec.engine.sampling import SamplingParams
 
@@ -24,4 +24,4 @@ class HierarchicalDrafter(LookupModelDrafter):
         agreed = lookup[: self.model.agreed_prefix(lookup)]
         self.decode_ns = self.model.decode_ns
         # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).
-        return Draft(agreed, one_hot(agreed) if sampling is not None else [])
+        return Draft.deterministic(agreed, sampling)

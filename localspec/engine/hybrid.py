@@ -22,7 +22,7 @@ class HybridDrafter(LookupModelDrafter):
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k).tokens
         if len(lookup) >= k:
-            return Draft(lookup, one_hot(lookup) if sampling is not None else [])
+            return Draft.deterministic(lookup, sampling)
         continuation = self.model.continue_after(lookup, k - len(lookup), p_min, sampling, rng)
         self.decode_ns = self.model.decode_ns
         dists = one_hot(lookup) + continuation.dists if sampling is not None else []

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, one_hot
+from localspec.engine.drafter import Draft
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 
@@ -81,7 +81,7 @@ class NgramDrafter:
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         tokens = self.lookup(k).tokens
-        return Draft(tokens, one_hot(tokens) if sampling is not None else [])
+        return Draft.deterministic(tokens, sampling)
 
     def advance(self, tokens: Sequence[int]) -> None:
         self._extend(tokens)

@@ -35,15 +35,20 @@ def _layer_of(tensor_name: str) -> int | None:
     return int(tensor_name.split(".")[1])
 
 
+def _block_count(reader: gguf.GGUFReader) -> tuple[str, str, int]:
+    """The architecture, its block-count key, and that key's value (0 when the file has none)."""
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    key = gguf.Keys.LLM.BLOCK_COUNT.format(arch=arch)
+    return arch, key, int(reader.fields[key].contents()) if key in reader.fields else 0
+
+
 def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
     """Write `out`: the target's metadata with block_count = n_layers, its first n_layers blocks, and the rest (embeddings, head)."""
     check_gguf_file(target)
     reader = gguf.GGUFReader(target)
-    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    block_count_key = gguf.Keys.LLM.BLOCK_COUNT.format(arch=arch)
-    if block_count_key not in reader.fields:
+    arch, block_count_key, total = _block_count(reader)
+    if not total:
         raise EngineError(f"{target.name} has no {block_count_key}: it is not a layered language model, so no draft can be cut from it.")
-    total = int(reader.fields[block_count_key].contents())
     if not 1 <= n_layers < total:
         raise EngineError(f"--layers must be between 1 and {total - 1}: {target.name} has {total} blocks, and the draft keeps fewer.")
 
@@ -87,10 +92,7 @@ def default_layers(n_layer: int) -> int:
 def cached_self_draft(target: Path, n_layers: int | None, cache_dir: Path) -> SelfDraft:
     """The self-draft for `target` with `n_layers` blocks (None: the default), made once and kept in `cache_dir`."""
     check_gguf_file(target)
-    reader = gguf.GGUFReader(target)
-    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    field = reader.fields.get(gguf.Keys.LLM.BLOCK_COUNT.format(arch=arch))
-    total = int(field.contents()) if field is not None else 0
+    _, _, total = _block_count(gguf.GGUFReader(target))
     layers = n_layers if n_layers is not None else default_layers(total)
     stat = target.stat()
     identity = hashlib.sha256(f"{target.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]

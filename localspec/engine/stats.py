@@ -37,11 +37,8 @@ class GenerationStats:
     n_forks: int = 0
     n_fork_accepted: int = 0
 
-    def record_step(
-        self, n_drafted: int, n_accepted: int, draft_ms: float, verify_ms: float, target_decode_ms: float, depth: int | None = None
-    ) -> None:
+    def record_step(self, n_drafted: int, n_accepted: int, draft_ms: float, verify_ms: float, target_decode_ms: float, depth: int) -> None:
         """One target pass; `depth` is the deepest draft position, below n_drafted only for a tree's two branches."""
-        depth = n_drafted if depth is None else depth
         self.n_steps += 1
         self.draft_n += n_drafted
         self.draft_n_accepted += n_accepted

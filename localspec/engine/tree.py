@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, Fork, ModelDrafter, one_hot
+from localspec.engine.drafter import Draft, Fork, ModelDrafter
 from localspec.engine.sampling import SamplingParams, top_two
 from localspec.engine.stats import GenerationStats
 
@@ -70,7 +70,7 @@ class TreeDrafter:
         self.decode_ns = self.model.decode_ns
         # Both branches are deterministic candidates: at temperature > 0 the target samples its own token and
         # the branch holding it goes on, so every token still comes from p (q is one-hot).
-        return Draft(main, one_hot(main) if sampling is not None else [], fork)
+        return Draft.deterministic(main, sampling, fork)
 
     def advance(self, tokens: Sequence[int]) -> None:
         self.model.advance(tokens)

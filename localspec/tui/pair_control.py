@@ -13,7 +13,7 @@ from localspec.catalog import CatalogError
 from localspec.device import resident_memory_bytes
 from localspec.engine.hardware import gpu_offload_supported
 from localspec.hub.progress import format_bytes
-from localspec.pair_files import local_pair_paths, model_state
+from localspec.pair_files import download_status, local_pair_paths, pair_states
 from localspec.settings import save_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
@@ -21,12 +21,13 @@ from localspec.tui.device_line import DeviceLine
 from localspec.tui.dialogs import ConfirmDialog
 from localspec.tui.download_dialog import DownloadDialog
 
+
 class PairControl:
     def open_pair(self, pair_id: str) -> None:
         """Load the pair if its files are here; else offer to download it."""
         pair = self.catalog.get(pair_id)
-        states = [model_state(self.hub_config, ref) for ref in (pair.target, pair.draft)]
-        if all(state.complete for state in states):
+        states = pair_states(self.hub_config, pair)
+        if download_status(states) == "yes":
             self.start_loading(pair_id)
             return
         if any(ref.is_local for ref in (pair.target, pair.draft)) and not all(s.complete for s in states if s.ref.is_local):

@@ -11,12 +11,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from localspec.engine.defaults import DRAFTERS
+from localspec.engine.defaults import AUTO_DRAFT_MAX, DRAFTERS
 from localspec.settings import Settings, SettingsError
 
 # (field, label, help) in the order shown; None values mean "automatic"
 FORM = [
-    ("draft_max", "draft-max (K)", "most tokens drafted per step; empty = 8 for auto, else the pair's"),
+    ("draft_max", "draft-max (K)", f"most tokens drafted per step; empty = {AUTO_DRAFT_MAX} for auto, else the pair's"),
     ("draft_p_min", "draft p-min", "stop drafting below this draft confidence"),
     ("temperature", "temperature", "0 = greedy: exactly the target's output"),
     ("top_k", "top-k", "0 = off"),
