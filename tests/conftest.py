@@ -5,18 +5,37 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from localspec.engine.decode import Decoder, GenerationConfig
-from localspec.engine.events import Finished, TokenEvent
-from localspec.hub.config import HubConfig
-from tests import real_pair
-from tests.hub_server import LoopbackHub
-from tests.tiny_models import TinySpec, write_tiny_model
+
+def _isolate_from_the_users_environment() -> tempfile.TemporaryDirectory:
+    """Before anything reads them (huggingface-hub reads its variables once, at import): the tests never see the
+    developer's localspec config, history or settings, nor their HF_* variables, and requests to the loopback
+    servers never go through a proxy. The real pair's download cache (XDG_CACHE_HOME) is left where it is."""
+    for key in [key for key in os.environ if key.startswith(("HF_", "HUGGING"))]:
+        del os.environ[key]
+    loopback = "127.0.0.1,localhost,::1"
+    for key in ("NO_PROXY", "no_proxy"):
+        os.environ[key] = f"{os.environ[key]},{loopback}" if os.environ.get(key) else loopback
+    home = tempfile.TemporaryDirectory(prefix="localspec-tests-")
+    for key in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        os.environ[key] = str(Path(home.name) / key.lower())
+    return home
+
+
+_TEST_HOME = _isolate_from_the_users_environment()
+
+from localspec.engine.decode import Decoder, GenerationConfig  # noqa: E402 (after the isolation above)
+from localspec.engine.events import Finished, TokenEvent  # noqa: E402
+from localspec.hub.config import HubConfig  # noqa: E402
+from tests import real_pair  # noqa: E402
+from tests.hub_server import LoopbackHub  # noqa: E402
+from tests.tiny_models import TinySpec, write_tiny_model  # noqa: E402
 
 TINY_SPECS = {
     "target": TinySpec(seed=1),
@@ -25,8 +44,8 @@ TINY_SPECS = {
     "near": TinySpec(seed=3, base_seed=1, noise=0.1),  # agrees with the target often, not always
     "other_vocab": TinySpec(seed=4, vocab="other"),
     "no_template": TinySpec(seed=1, chat_template=False),
-    # Greedy from "tell me everything", this target never reaches EOS (found by trying seeds; greedy is
-    # deterministic): an answer long enough to be stopped mid-way.
+    # Greedy from "tell me everything", this target talks for hundreds of tokens before any EOS (found by trying
+    # seeds): an answer long enough to be stopped mid-way.
     "talkative": TinySpec(seed=8),
     "talkative_draft": TinySpec(seed=30, base_seed=8, noise=0.1),
 }
@@ -56,9 +75,10 @@ class Run:
 
 
 def run(decoder: Decoder, prompt: list[int], config: GenerationConfig, cancel=None) -> Run:
+    """Generate to the end; margins are always recorded, so a comparison can tell a near-tie from a bug (tests/lossless.py)."""
     events: list[TokenEvent] = []
     finished = None
-    for event in decoder.generate(prompt, config, cancel):
+    for event in decoder.generate(prompt, replace(config, record_margins=True), cancel):
         if isinstance(event, TokenEvent):
             events.append(event)
         else:

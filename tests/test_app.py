@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import GenerationConfig
+from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
-from localspec.engine.events import TokenEvent
 from localspec.history import History
 from localspec.hub.config import HubConfig
 from localspec.settings import Settings, save_settings
@@ -28,7 +27,9 @@ from localspec.tui.message_view import MessageView
 from localspec.tui.models_screen import ModelsScreen
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
+from tests.conftest import run
 from tests.hub_server import Fault, LoopbackHub
+from tests.lossless import assert_clear_of_ties
 
 
 def local_pair(pair_id: str, target: Path, draft: Path) -> str:
@@ -89,9 +90,12 @@ async def ask(pilot, app: LocalspecApp, text: str) -> MessageView:  # type: igno
 
 
 def plain_text(target: Path, prompt: str, max_tokens: int) -> str:
+    """The target's greedy answer, checked clear of near-ties: the app's speculative answer must equal it on any machine."""
     with Engine(EngineConfig(target)) as engine:
         tokens = chat_prompt_tokens(engine.target, [Message("user", prompt)])
-        return "".join(e.text for e in engine.plain.generate(tokens, GenerationConfig(max_tokens=max_tokens)) if isinstance(e, TokenEvent))
+        plain = run(engine.plain, tokens, GenerationConfig(max_tokens=max_tokens))
+    assert_clear_of_ties(plain)
+    return plain.text
 
 
 @run_async
@@ -116,9 +120,25 @@ async def test_a_prompt_streams_the_targets_own_text_and_the_statistics(setup: S
     assert stored[1].pair_id == "tiny" and stored[1].settings["max_tokens"] == 40
 
 
+def slow_after(monkeypatch: pytest.MonkeyPatch, n_tokens: int, seconds_per_token: float = 0.02) -> None:
+    """The real decoder, slowed after `n_tokens` to one token per `seconds_per_token` until the user cancels: a key
+    press then always lands mid-answer, however fast the machine decodes (the tiny pair can otherwise finish
+    thousands of tokens between two polls of the test)."""
+    generate = Decoder.generate
+
+    def slowed(self, prompt, config, cancel=None):  # type: ignore[no-untyped-def]
+        for i, event in enumerate(generate(self, prompt, config, cancel)):
+            if i >= n_tokens and cancel is not None:
+                cancel.wait(seconds_per_token)
+            yield event
+
+    monkeypatch.setattr(Decoder, "generate", slowed)
+
+
 @run_async
-async def test_escape_stops_mid_answer_and_keeps_the_text(setup: Setup, tiny):
+async def test_escape_stops_mid_answer_and_keeps_the_text(setup: Setup, tiny, monkeypatch):
     setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative_draft"]), last_pair="tiny", max_tokens=3000, drafter="model")
+    slow_after(monkeypatch, 40)
     app = setup.app()
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: app.loaded is not None)
@@ -259,6 +279,16 @@ async def test_tint_toggles_between_provenance_and_markdown(setup: Setup, tiny):
         assert json.loads(setup.settings.read_text())["tint_accepted"] is True
 
 
+def wait_for_screen(session: str, text: str, timeout: float = 120.0) -> str:
+    """The tmux pane once it shows `text`, or as it is when `timeout` seconds have passed (a slow machine gets time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
+        if text in screen or time.monotonic() > deadline:
+            return screen
+        time.sleep(0.1)
+
+
 def test_the_app_answers_in_a_real_terminal(tmp_path, tiny):
     """tmux: the installed command starts, takes a prompt from the keyboard, and answers."""
     if shutil.which("tmux") is None:
@@ -266,25 +296,18 @@ def test_the_app_answers_in_a_real_terminal(tmp_path, tiny):
     config = tmp_path / "config" / "localspec"
     config.mkdir(parents=True)
     (config / "models.toml").write_text('default = "tiny"\n' + local_pair("tiny", tiny["target"], tiny["same"]))
-    (config / "settings.json").write_text(json.dumps({"drafter": "model"}))  # an identical draft: every token accepted
+    # An identical draft: every token accepted, on any machine, since the answer is clear of near-ties.
+    (config / "settings.json").write_text(json.dumps({"drafter": "model", "max_tokens": 24}))
+    plain_text(tiny["target"], "hello", 24)
     env = f"XDG_CONFIG_HOME={tmp_path / 'config'} XDG_DATA_HOME={tmp_path / 'data'} XDG_STATE_HOME={tmp_path / 'state'}"
     session = f"localspec-test-{tmp_path.name}"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30",
                     f"env {env} {sys.executable} -m localspec"], check=True)
     try:
-        screen = ""
-        for _ in range(200):
-            screen = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
-            if "layers on GPU" in screen:  # the device line appears once the pair is loaded
-                break
-            time.sleep(0.1)
+        screen = wait_for_screen(session, "layers on GPU")  # the device line appears once the pair is loaded
         assert "layers on GPU" in screen, screen
         subprocess.run(["tmux", "send-keys", "-t", session, "hello", "Enter"], check=True)
-        for _ in range(200):
-            screen = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
-            if "100.0% answer" in screen:
-                break
-            time.sleep(0.1)
+        screen = wait_for_screen(session, "100.0% answer")
         assert "Assistant" in screen and "100.0% answer" in screen and "tok/s" in screen, screen
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)

@@ -81,3 +81,15 @@ def test_the_readme_gives_the_same_rebuild_commands_as_doctor():
     assert reinstall_command(".venv/bin/pip", cuda=True) in lines
     assert reinstall_command(".venv/bin/pip", cuda=False) in lines
     assert "`localspec doctor`" in readme
+
+
+def test_a_container_cpu_quota_caps_the_thread_count(tmp_path):
+    """cgroup v2's cpu.max: "max" (no quota) or "QUOTA PERIOD"; llama.cpp gets no more threads than the quota's CPUs."""
+    from localspec.engine.hardware import cgroup_cpu_limit, physical_core_count
+
+    cpu_max = tmp_path / "cpu.max"
+    for text, cpus in (("max 100000\n", None), ("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000\n", 1)):
+        cpu_max.write_text(text)
+        assert cgroup_cpu_limit(cpu_max) == cpus, text
+    assert cgroup_cpu_limit(tmp_path / "absent") is None
+    assert 1 <= physical_core_count() <= (cgroup_cpu_limit() or physical_core_count())

@@ -14,6 +14,7 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.ngram import Lookup, NgramDrafter
 from localspec.engine.stats import GenerationStats
 from tests.conftest import run
+from tests.lossless import assert_clear_of_ties, assert_lossless
 
 # Costs shaped like a large target on a GPU: verifying 16 tokens costs little more than one, drafting is cheap.
 GPU_LIKE = {1: 20.0, 2: 20.5, 4: 21.0, 8: 22.0, 16: 24.0}, 1.0
@@ -50,7 +51,7 @@ def test_every_drafter_is_lossless_on_tiny_models(tiny, tmp_path, draft_name):
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=60))
         for drafter in [d for d in DRAFTERS if d != "none"]:
             out = run(engine.decoder(drafter), prompt, GenerationConfig(max_tokens=60, draft_max=8, draft_p_min=0.0))
-            assert out.tokens == plain.tokens, drafter
+            assert_lossless(plain, out, label=drafter)
             stats = out.finished.stats
             if drafter == "auto":
                 assert sum(stats.decisions.values()) == stats.n_steps  # auto reports every choice
@@ -59,7 +60,9 @@ def test_every_drafter_is_lossless_on_tiny_models(tiny, tmp_path, draft_name):
 
 
 def drafter_stats(engine: Engine, drafter: str, text: str = REPEATING, tokens: int = 80) -> GenerationStats:
+    """Statistics of one drafter; the prompt is checked clear of near-ties, so acceptance figures hold on any machine."""
     prompt = chat_prompt_tokens(engine.target, [Message("user", text)])
+    assert_clear_of_ties(run(engine.plain, prompt, GenerationConfig(max_tokens=tokens)))
     return run(engine.decoder(drafter), prompt, GenerationConfig(max_tokens=tokens, draft_max=6, draft_p_min=0.0)).finished.stats
 
 
@@ -67,7 +70,8 @@ def test_hybrid_continues_short_lookups_with_the_draft_model(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         ngram, hybrid = drafter_stats(engine, "ngram"), drafter_stats(engine, "hybrid")
     # Every step drafts the full K (lookup, then the model), and the gaps lookup leaves are filled with the target's own tokens.
-    assert hybrid.draft_n == 6 * hybrid.n_steps > ngram.draft_n
+    # (the last step drafts only what max_tokens leaves)
+    assert hybrid.draft_n >= 6 * (hybrid.n_steps - 1) and hybrid.draft_n > ngram.draft_n
     assert hybrid.tokens_per_step > ngram.tokens_per_step
 
 
@@ -86,7 +90,7 @@ def test_the_tree_forks_and_the_target_sometimes_takes_the_fork(tiny):
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=200))
         tree = run(engine.decoder("tree"), prompt, GenerationConfig(max_tokens=200, draft_max=4, draft_p_min=0.0))
         chain = run(engine.decoder("model"), prompt, GenerationConfig(max_tokens=200, draft_max=4, draft_p_min=0.0))
-    assert tree.tokens == plain.tokens
+    assert_lossless(plain, tree)
     stats = tree.finished.stats
     assert stats.n_forks > 0 and stats.n_fork_accepted > 0, (stats.n_forks, stats.n_fork_accepted)
     assert stats.tokens_per_step > chain.finished.stats.tokens_per_step  # the second candidate rescues some steps
@@ -122,7 +126,7 @@ def auto_decisions(target, draft, tokens: int, costs: tuple[dict[int, float], fl
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         result = run(decoder, prompt, GenerationConfig(max_tokens=tokens, draft_max=8))
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=tokens))
-        assert result.tokens == plain.tokens
+        assert_lossless(plain, result)
         return result.finished.stats.decisions
 
 
@@ -235,8 +239,8 @@ def test_make_draft_writes_a_gguf_that_loads_passes_the_pair_check_and_drafts(ti
     with Engine(EngineConfig(tiny["target"], out)) as engine:  # the pair check runs on load
         stats = drafter_stats(engine, "model")
         prompt = chat_prompt_tokens(engine.target, [Message("user", REPEATING)])
-        assert run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=6)).tokens == run(
-            engine.plain, prompt, GenerationConfig(max_tokens=80)).tokens
+        assert_lossless(run(engine.plain, prompt, GenerationConfig(max_tokens=80)),
+                        run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=6)))
     assert stats.draft_n > 0 and stats.n_steps > 0
     again = cli("make-draft", "--layers", "1", str(tiny["target"]), str(out))
     assert again.returncode == 1 and "already exists" in again.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import subprocess
@@ -14,7 +15,9 @@ def physical_core_count() -> int:
     """Physical cores available to this process.
 
     llama.cpp decodes fastest with one thread per physical core: hyperthreads
-    share the core's vector units and only add contention.
+    share the core's vector units and only add contention. A container's CPU
+    quota counts too: on a 64-core host limited to 2 CPUs, 64 spinning threads
+    would share 2 CPUs' time and decode many times slower.
     """
     try:
         allowed = sorted(os.sched_getaffinity(0))
@@ -36,7 +39,16 @@ def physical_core_count() -> int:
             return max(1, int(out.stdout.strip()))
         except (OSError, ValueError, subprocess.CalledProcessError):
             pass
-    return max(1, len(cores))
+    return max(1, min(len(cores), cgroup_cpu_limit() or len(cores)))
+
+
+def cgroup_cpu_limit(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
+    """The CPUs a cgroup v2 quota allows this process (rounded up), or None where there is no quota."""
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no cgroup v2 file, or "max": no quota
+        return None
 
 
 def gpu_offload_supported() -> bool:
