@@ -1,5 +1,5 @@
 """Lets `python -m localspec` behave exactly like the `localspec` command."""
 
-from localspec.cli import main
+from localspec.cli.main import main
 
 raise SystemExit(main())

@@ -16,9 +16,9 @@ import pytest
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
-from localspec.history import History
 from localspec.hub.config import HubConfig
-from localspec.settings import Settings, save_settings
+from localspec.session.history import History
+from localspec.session.settings import Settings, save_settings
 from localspec.tui.app import LocalspecApp
 from localspec.tui.conversation_list import ConversationList
 from localspec.tui.dialogs import ConfirmDialog
@@ -196,7 +196,7 @@ def test_history_schema_is_versioned(tmp_path):
     History(path).close()
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
     sqlite3.connect(path).execute("PRAGMA user_version = 99")
-    from localspec.history import HistoryError
+    from localspec.session.history import HistoryError
 
     with pytest.raises(HistoryError, match="written by a newer localspec"):
         History(path)
@@ -374,7 +374,7 @@ async def test_the_device_line_shows_the_layers_on_the_gpu_and_the_memory_plan(s
     async with app.run_test(size=(200, 40)) as pilot:
         await wait_for(pilot, lambda: app.loaded is not None)
         line = app.query_one("#device").render()
-        assert app.loaded.plan.target.gpu_layers == sum(l.on_gpu for l in app.loaded.layers if l.role == "target")
+        assert app.loaded.plan.target.gpu_layers == sum(layer.on_gpu for layer in app.loaded.layers if layer.role == "target")
         assert "draft 0/3, target 0/3 layers on GPU" in line  # two blocks and the output layer each, as llama.cpp counts
         assert f"planned {app.loaded.plan.amounts}" in line and "planned RAM " in line and "in use RAM " in line
 

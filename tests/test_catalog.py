@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from localspec.catalog import TAGS, CatalogError, load_catalog, parse_catalog, split_parts
+from localspec.catalog.models_toml import TAGS, CatalogError, load_catalog, parse_catalog
+from localspec.gguf.split import split_parts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +54,10 @@ def test_the_default_pair_is_the_real_pair_the_tests_use():
 
 
 def test_the_package_ships_the_top_level_file():
-    assert resources.files("localspec").joinpath("models.toml").read_text("utf-8") == (ROOT / "models.toml").read_text("utf-8")
+    shipped = resources.files("localspec.catalog").joinpath("models.toml")
+    assert not (ROOT / "localspec" / "catalog" / "models.toml").is_symlink()
+    assert shipped.read_text("utf-8") == (ROOT / "models.toml").read_text("utf-8"), (
+        "localspec/catalog/models.toml differs from the top-level models.toml, the source: cp models.toml localspec/catalog/")
 
 
 def test_split_sets_expand_to_every_part():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from localspec.engine.hardware import gpu_offload_supported
-from localspec.gpu_build import reinstall_command
+from localspec.machine.gpu_build import reinstall_command
 from tests.conftest import cli
 
 README = Path(__file__).resolve().parent.parent / "README.md"

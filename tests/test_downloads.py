@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 from huggingface_hub import try_to_load_from_cache
 
-from localspec.catalog import ModelRef
+from localspec.catalog.models_toml import ModelRef
+from localspec.catalog.pair_files import check_pair_headers, requests_for
 from localspec.hub import cache
 from localspec.hub.download import Downloader, FileRequest
 from localspec.hub.errors import DownloadCancelled, HashMismatchError, HubError
 from localspec.hub.progress import DownloadProgress, Phase
-from localspec.pair_files import check_pair_headers, requests_for
 from tests.hub_server import Fault, LoopbackHub
 
 REPO = "org/model-GGUF"
@@ -121,7 +121,8 @@ def test_corrupted_bytes_are_caught_and_the_bad_file_removed(hub: LoopbackHub, h
     data = payload(2_000_000, 6)
     served = hub.add_file(REPO, "m.gguf", data=data)
     hub.fail(served.sha256, Fault("corrupt", after_bytes=777_777))
-    with pytest.raises(HashMismatchError, match=rf"org/model-GGUF/m.gguf arrived damaged: its sha256 is [0-9a-f]{{64}}, the hub's is {served.sha256}\. The bad file was removed"):
+    damaged = rf"org/model-GGUF/m.gguf arrived damaged: its sha256 is [0-9a-f]{{64}}, the hub's is {served.sha256}\. The bad file was removed"
+    with pytest.raises(HashMismatchError, match=damaged):
         downloader(hub_config).pull([FileRequest(REPO, "m.gguf")])
     assert not cache.partial_path(hub_config, REPO, served.sha256).exists()
     assert cache.cached_path(hub_config, REPO, "m.gguf") is None

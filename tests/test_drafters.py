@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.controller import AcceptanceModel, AutoDrafter, CostTable
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.defaults import DRAFTERS
-from localspec.engine.drafter import ModelDrafter
+from localspec.engine.drafters.auto.controller import AcceptanceModel, AutoDrafter, CostTable
+from localspec.engine.drafters.base import ModelDrafter
+from localspec.engine.drafters.ngram import Lookup, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
-from localspec.engine.ngram import Lookup, NgramDrafter
 from localspec.engine.stats import GenerationStats
 from tests.conftest import run
 from tests.lossless import assert_clear_of_ties, assert_lossless

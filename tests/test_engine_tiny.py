@@ -183,7 +183,7 @@ def test_draft_catches_up_after_many_plain_steps(tiny):
     """Steps without a draft leave tokens pending; the next draft feeds them all, in n_batch chunks."""
     import numpy as np
 
-    from localspec.engine.drafter import ModelDrafter
+    from localspec.engine.drafters.base import ModelDrafter
     from localspec.engine.model import Model
 
     with Model(tiny["near"]) as model:

@@ -8,7 +8,7 @@ import pytest
 from localspec.engine.errors import ModelLoadError, PairMismatchError
 from localspec.engine.model import Model
 from localspec.engine.pair_check import check_pair
-from localspec.gguf_header import read_header, read_local_header
+from localspec.gguf.header import read_header, read_local_header
 
 
 def _same_vocabulary_facts(header, model: Model) -> None:

@@ -16,9 +16,16 @@ from pathlib import Path
 import pytest
 from gguf.constants import GGMLQuantizationType
 
-from localspec.gguf_header import GGUFHeader, TensorInfo, read_local_header
-from localspec.memory_plan import (
-    HEADROOM_MIN_BYTES, HEADROOM_SHARE, DeviceMemory, ModelFootprint, PairTooBigError, footprint, plan_memory, read_footprint,
+from localspec.gguf.header import GGUFHeader, TensorInfo, read_local_header
+from localspec.machine.memory_plan import (
+    HEADROOM_MIN_BYTES,
+    HEADROOM_SHARE,
+    DeviceMemory,
+    ModelFootprint,
+    PairTooBigError,
+    footprint,
+    plan_memory,
+    read_footprint,
 )
 from tests.conftest import cli
 

@@ -94,7 +94,7 @@ def write_tiny_model(path: Path, spec: TinySpec) -> Path:
     else:
         tensors = _weights(spec.base_seed, len(tokens))
         noise = np.random.default_rng(spec.seed)
-        for name, value in tensors.items():
+        for value in tensors.values():
             if value.ndim == 2:
                 value += (noise.standard_normal(value.shape) * spec.noise * value.std()).astype(np.float32)
 

@@ -9,10 +9,10 @@ with prompt lookup on this machine; where auto sits far below it, there is room.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
-from localspec.engine.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import NgramDrafter
 
 
 @dataclass(frozen=True)

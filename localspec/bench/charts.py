@@ -6,12 +6,10 @@ matplotlib draws them headless (the Agg backend), so they work over SSH and in C
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from localspec.bench.report import total
-
-if TYPE_CHECKING:
-    from localspec.bench.runner import BenchResult
+from localspec.bench.results import BenchResult
 
 SPEED_CHART = "bench-speed.png"
 ACCEPTANCE_CHART = "bench-acceptance.png"

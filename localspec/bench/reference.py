@@ -17,7 +17,6 @@ from pathlib import Path
 
 from localspec.engine.errors import EngineError
 
-
 # llama.cpp's own default draft p-min (`common_params_speculative::p_min` in the
 # vendored common/common.h): what a user of its example gets without tuning.
 LLAMA_CPP_DEFAULT_P_MIN = 0.0

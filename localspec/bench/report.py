@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
 
 from localspec.bench.ceiling import combined
+from localspec.bench.results import PLAIN, BenchResult, Measurement, Mode
 from localspec.engine.cost_model import StepCosts
 from localspec.engine.stats import GenerationStats
-
-if TYPE_CHECKING:
-    from localspec.bench.runner import BenchResult, Measurement, Mode
 
 
 def costs_from(plain: GenerationStats, spec: GenerationStats) -> StepCosts:
@@ -37,7 +35,8 @@ def total(measurements: Iterable[Measurement]) -> GenerationStats:
 
 def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats, departs: str) -> str:
     if mode.drafter == "none":
-        return f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {1.0:6.2f} {'':>7} {1.0:6.2f} {'':>24} {'':>6} {stats.python_ms_per_step:6.2f}  {departs}"
+        return (f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {1.0:6.2f} {'':>7} {1.0:6.2f} {'':>24} {'':>6} "
+                f"{stats.python_ms_per_step:6.2f}  {departs}")
     positions = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position[:6])
     predicted = None
     if mode.fixed and mode.drafter != "tree":  # a chain of drafted tokens: what the cost model describes
@@ -56,8 +55,6 @@ HEADER = (
 
 
 def print_report(result: BenchResult) -> None:
-    from localspec.bench.runner import PLAIN
-
     greedy = result.temperature <= 0
     by_prompt: dict[str, dict[Mode, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
     for m in result.measurements:
@@ -107,8 +104,6 @@ class CategoryRow:
 
 def category_table(result: BenchResult) -> list[CategoryRow]:
     """Per category: plain tok/s, the best fixed mode and its ×plain, auto's ×plain, and the lookup ceiling."""
-    from localspec.bench.runner import PLAIN
-
     rows = []
     auto_modes = [mode for mode in result.modes if mode.drafter == "auto"]
     for category in sorted({p.category for p in result.prompts}):
@@ -134,8 +129,6 @@ def _print_categories(result: BenchResult) -> None:
     auto_runs = [m for m in result.measurements if m.mode.drafter == "auto"]
     if not auto_runs:
         return
-    from localspec.bench.runner import PLAIN
-
     lines, medians = [], []
     for prompt in result.prompts:
         plains = [m.stats for m in result.measurements if m.prompt_id == prompt.id and m.mode == PLAIN]
@@ -211,7 +204,9 @@ def _print_llama_cpp_side_by_side(result: BenchResult, plain_all: GenerationStat
             accept = sum(r.n_accept for r in runs) / max(1, sum(r.n_drafted for r in runs))
             line = f"K={k}: llama-speculative-simple (p-min {p_min:.2f}) {theirs:6.1f} tok/s ({100 * accept:5.1f}% accepted)"
             if ours.n_steps:
-                line += f"   localspec model {ours.predicted_per_second:6.1f} tok/s ({100 * ours.acceptance_rate:5.1f}% accepted), ratio {ours.predicted_per_second / theirs if theirs else 0.0:.2f}"
+                ratio_to_theirs = ours.predicted_per_second / theirs if theirs else 0.0
+                line += (f"   localspec model {ours.predicted_per_second:6.1f} tok/s ({100 * ours.acceptance_rate:5.1f}% accepted), "
+                         f"ratio {ratio_to_theirs:.2f}")
             if auto.n_steps:
                 line += f"   auto ratio {auto.predicted_per_second / theirs if theirs else 0.0:.2f}"
             print(line)

@@ -10,108 +10,33 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from localspec import __version__
 from localspec.bench import reference
-from localspec.bench.ceiling import Ceiling, lookup_ceiling
+from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.charts import save_charts
 from localspec.bench.report import print_report
-from localspec.device import device_record
+from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
-from localspec.engine.controller import AutoDrafter
 from localspec.engine.decode import Decoder, GenerationConfig
-from localspec.engine.engine import Engine
+from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
+from localspec.machine.device import device_record
 
 BENCH_DRAFTERS = ("model", "ngram", "hybrid", "hierarchical", "tree", "self")  # every fixed drafter; auto runs beside them
 
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    id: str
-    category: str
-    prompt: str
-    system: str | None = None
-
-
-@dataclass(frozen=True)
-class Mode:
-    """One way of decoding: a drafter at a K (auto: K is its cap), verified one way at temperature > 0."""
-
-    drafter: str  # "none" is plain decoding
-    k: int
-    verification: str = "speculative"
-
-    @property
-    def label(self) -> str:
-        if self.drafter == "none":
-            return "plain"
-        if self.drafter == "auto":
-            return f"auto K≤{self.k}"
-        return f"{self.drafter} K={self.k}" + (" sample-match" if self.verification == "sample-match" else "")
-
-    @property
-    def fixed(self) -> bool:
-        """A drafter at a set K, the kind auto is compared against."""
-        return self.drafter not in ("none", "auto") and self.verification == "speculative"
-
-
-PLAIN = Mode("none", 0)
-
-
-@dataclass
-class Measurement:
-    prompt_id: str
-    mode: Mode
-    tokens: list[int]
-    stats: GenerationStats
-    departs_at: int | None = None  # first token that differs from plain output (greedy runs)
-    margins: list[float] = field(default_factory=list)  # target's top-1 minus top-2 logit per token (--margins)
-
-    def margin_at_departure(self, plain: Measurement) -> float | None:
-        """The closer of the two runs' top-2 logit gaps where the outputs part: a near-tie, or a bug."""
-        if self.departs_at is None or not self.margins or not plain.margins:
-            return None
-        return min(self.margins[self.departs_at], plain.margins[self.departs_at])
-
-
-@dataclass(frozen=True)
-class ReferenceMeasurement:
-    """One llama-speculative-simple run: which prompt, K and p-min, and what it measured."""
-
-    prompt_id: str
-    k: int
-    p_min: float
-    run: reference.ReferenceRun
-
-
-@dataclass
-class BenchResult:
-    ks: list[int]
-    prompts: list[BenchPrompt]
-    modes: list[Mode] = field(default_factory=list)
-    temperature: float = 0.0
-    measurements: list[Measurement] = field(default_factory=list)
-    llama_bench_tg: list[float] = field(default_factory=list)  # tg64 on an empty context, before and after our runs
-    llama_bench_matched: list[float] = field(default_factory=list)  # our workload: tg<max_tokens> @ d<mean prompt>
-    matched_workload: tuple[int, int] = (0, 0)  # (n_gen, depth) of llama_bench_matched
-    reference: list[ReferenceMeasurement] = field(default_factory=list)
-    reference_error: str | None = None
-    machine: dict[str, object] = field(default_factory=dict)
-    ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
-    verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
-    rounds: int = 1
 
 
 def load_prompts(path: Path | None) -> list[BenchPrompt]:
@@ -204,9 +129,8 @@ def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max
     return modes
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    from localspec.cli import engine_config_from_args
-
+def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
+    """The sweep the command line's arguments ask for, on the pair `engine_config` loads (the command line resolved it)."""
     ks = parse_ks(args.draft_max)
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = select_prompts(load_prompts(args.prompts), args.only)
@@ -215,7 +139,7 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ValueError("--auto-max must be 1 or more")
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
-    with Engine(engine_config_from_args(args)) as engine:
+    with Engine(engine_config) as engine:
         result.machine = {
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
             "threads": engine.target.n_threads, "target": engine.target.description,
@@ -280,7 +204,7 @@ def _bench_prompt(
         text = render_chat(engine.target, _messages(prompt))
         for k in result.ks:
             for p_min in reference_p_mins:
-                run = _reference_step(result, lambda: reference.speculative_simple(
+                run = _reference_step(result, lambda k=k, p_min=p_min: reference.speculative_simple(
                     args.llama_cpp_bin, args.target, args.draft, text, k, p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
                 if run is not None:
                     result.reference.append(ReferenceMeasurement(prompt.id, k, p_min, run))

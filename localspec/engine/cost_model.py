@@ -14,8 +14,8 @@ Both inputs are per draft position i, as the statistics keep them:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 def expected_tokens_per_step(reach: Sequence[float], accepted: Sequence[float]) -> float:

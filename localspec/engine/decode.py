@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
 from localspec.engine import defaults
-from localspec.engine.drafter import Draft, Drafter, NoDrafter
+from localspec.engine.drafters.base import Draft, Drafter, NoDrafter
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
 from localspec.engine.model import Model

@@ -8,22 +8,22 @@ interleaved and compared on one set of weights.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from localspec.engine import defaults
-from localspec.engine.controller import AutoDrafter, calibrate
 from localspec.engine.decode import Decoder
-from localspec.engine.drafter import Drafter, ModelDrafter, NoDrafter
+from localspec.engine.drafters.auto.controller import AutoDrafter, calibrate
+from localspec.engine.drafters.base import Drafter, ModelDrafter, NoDrafter
+from localspec.engine.drafters.hierarchical import HierarchicalDrafter
+from localspec.engine.drafters.hybrid import HybridDrafter
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.self_draft import cached_self_draft
+from localspec.engine.drafters.tree import TreeDrafter
 from localspec.engine.errors import EngineError, LoadCancelled
-from localspec.engine.hierarchical import HierarchicalDrafter
-from localspec.engine.hybrid import HybridDrafter
 from localspec.engine.model import DEFAULT_N_CTX, Model, ModelConfig
-from localspec.engine.ngram import NgramDrafter
 from localspec.engine.pair_check import check_pair
-from localspec.engine.self_draft import cached_self_draft
-from localspec.engine.tree import TreeDrafter
 
 
 @dataclass(frozen=True)

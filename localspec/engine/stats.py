@@ -7,8 +7,9 @@ common/speculative.cpp: n_acc_tokens_per_pos), so numbers compare directly.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 
 @dataclass
@@ -125,6 +126,7 @@ class GenerationStats:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k != "verify_ms_by_batch"}
         out["verify_ms_by_batch"] = {str(k): {"n": int(v[0]), "ms": v[1]} for k, v in sorted(self.verify_ms_by_batch.items())}
-        for name in ("acceptance_rate", "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second", "t_other_ms", "python_ms_per_step", "predicted_tokens_per_step"):
+        for name in ("acceptance_rate", "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second",
+                     "t_other_ms", "python_ms_per_step", "predicted_tokens_per_step"):
             out[name] = getattr(self, name)
         return out

@@ -7,7 +7,7 @@ span several tokens; both mean holding a little text back until it is settled.
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class TextAssembler:

@@ -8,12 +8,12 @@ correction at the first rejection, or the bonus token when all were accepted.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft
+from localspec.engine.drafters.base import Draft
 from localspec.engine.sampling import Distribution, SamplingParams, distribution
 
 

@@ -60,7 +60,7 @@ class Downloader:
     cancel: threading.Event = field(default_factory=threading.Event)
     retry_waits_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 8.0)
     _last_report: float = field(default=0.0, init=False)
-    _hasher: "hashlib._Hash" = field(default_factory=hashlib.sha256, init=False)
+    _hasher: hashlib._Hash = field(default_factory=hashlib.sha256, init=False)
 
     def pull(self, requests: list[FileRequest]) -> list[Path]:
         """Every requested file, downloaded and verified unless already cached; their paths, in order."""

@@ -10,9 +10,9 @@ arrive. Errors are translated here, once, into messages that say what to do.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 from urllib.parse import urlparse
 
 import httpx2  # huggingface-hub's own HTTP client: its transport errors are what a dropped connection raises
@@ -26,7 +26,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import get_session, hf_raise_for_status
 
-from localspec.gguf_header import GGUFHeader, read_header
+from localspec.gguf.header import GGUFHeader, read_header
 from localspec.hub.config import HubConfig
 from localspec.hub.errors import HubError
 

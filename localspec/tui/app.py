@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import Iterable
 
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
@@ -20,12 +20,12 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from localspec import paths
-from localspec.catalog import Catalog, CatalogError, load_catalog, parse_catalog, shipped_catalog_text, user_catalog_path
-from localspec.chat_session import LoadedPair, conversation_counts
+from localspec.catalog.models_toml import Catalog, CatalogError, load_catalog, parse_catalog, shipped_catalog_text, user_catalog_path
 from localspec.engine.chat import Message as ChatMessage
-from localspec.history import History, HistoryError
 from localspec.hub.config import HubConfig
-from localspec.settings import Settings, load_settings, save_settings
+from localspec.session.chat import LoadedPair, conversation_counts
+from localspec.session.history import History, HistoryError
+from localspec.session.settings import Settings, load_settings, save_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.conversation_control import ConversationControl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import Label, ListItem, ListView
 
-from localspec.history import Conversation
+from localspec.session.history import Conversation
 
 
 class ConversationItem(ListItem):

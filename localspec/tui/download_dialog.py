@@ -9,7 +9,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Label, ProgressBar
 
-from localspec.catalog import Pair
+from localspec.catalog.models_toml import Pair
 from localspec.hub.progress import DownloadProgress, describe
 from localspec.tui import messages as m
 

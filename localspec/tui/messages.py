@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from localspec.chat_session import AnswerResult, AnswerUpdate, LoadedPair
+from localspec.catalog.pair_files import PairCheck
 from localspec.hub.progress import DownloadProgress
-from localspec.pair_files import PairCheck
+from localspec.session.chat import AnswerResult, AnswerUpdate, LoadedPair
 
 
 @dataclass

@@ -11,10 +11,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
-from localspec.catalog import CatalogError, Pair
-from localspec.catalog_edit import add_user_pair
+from localspec.catalog.models_toml import CatalogError, Pair
+from localspec.catalog.pair_files import PairCheck, download_status, pair_states
+from localspec.catalog.user_pairs import add_user_pair
 from localspec.hub.progress import format_bytes
-from localspec.pair_files import PairCheck, download_status, pair_states
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.download_dialog import DownloadView

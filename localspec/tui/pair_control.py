@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 from functools import partial
 
-from localspec.catalog import CatalogError
-from localspec.device import resident_memory_bytes
+from localspec.catalog.models_toml import CatalogError
+from localspec.catalog.pair_files import download_status, local_pair_paths, pair_states
 from localspec.engine.hardware import gpu_offload_supported
 from localspec.hub.progress import format_bytes
-from localspec.pair_files import download_status, local_pair_paths, pair_states
-from localspec.settings import save_settings
+from localspec.machine.device import resident_memory_bytes
+from localspec.session.settings import save_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.device_line import DeviceLine
@@ -31,7 +31,8 @@ class PairControl:
             self.start_loading(pair_id)
             return
         if any(ref.is_local for ref in (pair.target, pair.draft)) and not all(s.complete for s in states if s.ref.is_local):
-            self.notify(f"Pair {pair_id!r} names a local file that is missing. Fix it in {pair.source}, or pick another pair (F2).", severity="error", timeout=15)
+            self.notify(f"Pair {pair_id!r} names a local file that is missing. Fix it in {pair.source}, or pick another pair (F2).",
+                        severity="error", timeout=15)
             self.set_device_text(f"{pair_id}: missing local file · F2 to pick a pair")
             return
         size = sum((ref.size or 0) for ref, state in zip((pair.target, pair.draft), states) if not state.complete)
@@ -95,7 +96,7 @@ class PairControl:
         if self.loaded is None:
             return
         loaded = self.loaded
-        layers = ", ".join(f"{l.role} {l.on_gpu}/{l.total}" for l in loaded.layers)
+        layers = ", ".join(f"{layer.role} {layer.on_gpu}/{layer.total}" for layer in loaded.layers)
         offload = "GPU offload available" if gpu_offload_supported() else "no GPU offload"
         self.set_device_text(f"{loaded.pair.id} · {loaded.backend} ({offload}) · {layers} layers on GPU · "
                              f"planned {loaded.plan.amounts} · in use RAM {format_bytes(resident_memory_bytes())}")

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
 from localspec.engine.defaults import AUTO_DRAFT_MAX, DRAFTERS
-from localspec.settings import Settings, SettingsError
+from localspec.session.settings import Settings, SettingsError
 
 # (field, label, help) in the order shown; None values mean "automatic"
 FORM = [

@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widget import Widget
 
-from localspec.live_stats import StatsSnapshot
+from localspec.session.live_stats import StatsSnapshot
 
 SPARKS = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 12

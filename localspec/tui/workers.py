@@ -7,21 +7,21 @@ posts a message to the app. None of them touches a widget.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from textual.message import Message
 
-from localspec.catalog import Pair
-from localspec.chat_session import AnswerUpdate, LoadedPair, load_pair, stream_answer
+from localspec.catalog.models_toml import Pair
+from localspec.catalog.pair_files import check_pair_headers, pull_pair
 from localspec.engine.chat import Message as ChatMessage
 from localspec.errors import LocalspecError
-from localspec.history import History
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
 from localspec.hub.errors import DownloadCancelled
-from localspec.pair_files import check_pair_headers, pull_pair
-from localspec.settings import Settings
+from localspec.session.chat import AnswerUpdate, LoadedPair, load_pair, stream_answer
+from localspec.session.history import History
+from localspec.session.settings import Settings
 from localspec.tui import messages as m
 
 Post = Callable[[Message], object]

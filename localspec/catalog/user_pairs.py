@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from localspec.catalog import CatalogError, Pair, parse_catalog
+from localspec.catalog.models_toml import CatalogError, Pair, parse_catalog
 
 
 def model_table(role: str, spec: str) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from localspec.engine.events import TokenEvent
 from localspec.engine.stats import GenerationStats

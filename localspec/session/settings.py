@@ -33,7 +33,7 @@ class Settings:
     seed: int | None = None
     max_tokens: int = 2048
     n_ctx: int = 4096
-    target_gpu_layers: int | None = None  # None: the memory planner decides (localspec.memory_plan)
+    target_gpu_layers: int | None = None  # None: the memory planner decides (localspec.machine.memory_plan)
     draft_gpu_layers: int | None = None
     threads: int | None = None  # None: physical cores
     self_draft_layers: int | None = None  # the self drafter's blocks (None: a quarter of the target's)

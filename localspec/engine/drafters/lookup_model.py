@@ -6,10 +6,10 @@ text; they differ only in how a proposal is made, which each defines in `propose
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from localspec.engine.drafter import ModelDrafter
-from localspec.engine.ngram import NgramDrafter
+from localspec.engine.drafters.base import ModelDrafter
+from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.stats import GenerationStats
 
 

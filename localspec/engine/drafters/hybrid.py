@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, one_hot
-from localspec.engine.lookup_model import LookupModelDrafter
+from localspec.engine.drafters.base import Draft, one_hot
+from localspec.engine.drafters.lookup_model import LookupModelDrafter
 from localspec.engine.sampling import SamplingParams
 
 

@@ -14,12 +14,12 @@ and the controller drafts long or not at all accordingly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft
+from localspec.engine.drafters.base import Draft
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 

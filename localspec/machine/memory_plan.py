@@ -24,12 +24,12 @@ from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from localspec.catalog import split_parts
 from localspec.engine.model import DEFAULT_N_BATCH, check_gguf_file
 from localspec.errors import LocalspecError
-from localspec.gguf_header import GGUFHeader, TensorInfo, read_local_header
+from localspec.gguf.header import GGUFHeader, TensorInfo, read_local_header
+from localspec.gguf.split import split_parts
+from localspec.gguf.summary import ModelSummary
 from localspec.hub.progress import format_bytes
-from localspec.model_report import ModelSummary
 
 # GPU memory the planner leaves free: a share of what is free, and never less than a floor.
 HEADROOM_SHARE = 0.10
@@ -159,7 +159,7 @@ def read_footprint(path: Path, n_ctx: int) -> ModelFootprint:
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """What the planner may use. localspec.device measures it; tests pass made-up sizes."""
+    """What the planner may use. localspec.machine.device measures it; tests pass made-up sizes."""
 
     gpu_free: int | None  # bytes free on the GPUs llama.cpp offloads to; None: this build has no GPU offload
     ram_available: int | None  # None: unknown, so not checked

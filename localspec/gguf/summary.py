@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.gguf_header import VOCAB_TYPES, GGUFHeader
+from localspec.gguf.header import VOCAB_TYPES, GGUFHeader
 
 # llama.h's enum llama_ftype: general.file_type -> the name users know
 FILE_TYPES = {

@@ -11,14 +11,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from localspec.catalog import Catalog, CatalogError, ModelRef, Pair, load_catalog, split_parts, user_catalog_path
+from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair, load_catalog, user_catalog_path
+from localspec.catalog.pair_files import (
+    HeaderReport,
+    PairCheck,
+    check_pair_headers,
+    download_status,
+    pair_states,
+    pull_pair,
+    remove_pair,
+    requests_for,
+)
+from localspec.cli.progress_bar import ProgressBar
+from localspec.gguf.split import split_parts
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
 from localspec.hub.progress import format_bytes
-from localspec.pair_files import (
-    HeaderReport, PairCheck, check_pair_headers, download_status, pair_states, pull_pair, remove_pair, requests_for,
-)
-from localspec.progress_bar import ProgressBar
 
 
 def run_model_command(args: argparse.Namespace) -> int:

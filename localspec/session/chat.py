@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from localspec import paths
-from localspec.catalog import Pair
-from localspec.device import OffloadedLayers, backend_name, device_memory, offloaded_layers
+from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, StopReason
 from localspec.engine.sampling import SamplingParams
-from localspec.history import History
-from localspec.live_stats import LiveStats, StatsSnapshot
-from localspec.memory_plan import MemoryPlan, plan_pair
-from localspec.settings import Settings
+from localspec.machine.device import OffloadedLayers, backend_name, device_memory, offloaded_layers
+from localspec.machine.memory_plan import MemoryPlan, plan_pair
+from localspec.session.history import History
+from localspec.session.live_stats import LiveStats, StatsSnapshot
+from localspec.session.settings import Settings
 
 UPDATE_INTERVAL_S = 0.1  # the panel and the text redraw at most ten times a second
 SAVE_INTERVAL_S = 1.0  # a killed app loses at most this much of an answer

@@ -11,11 +11,11 @@ One fork per step keeps the batch at most 2K+1 tokens.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, Fork, ModelDrafter
+from localspec.engine.drafters.base import Draft, Fork, ModelDrafter
 from localspec.engine.sampling import SamplingParams, top_two
 from localspec.engine.stats import GenerationStats
 

@@ -12,15 +12,15 @@ import sys
 from importlib import metadata
 
 from localspec import __version__, paths
-from localspec.catalog import load_catalog, user_catalog_path
-from localspec.device import MachineInfo, device_memory, machine_info
+from localspec.catalog.models_toml import load_catalog, user_catalog_path
+from localspec.catalog.pair_files import download_status, pair_states
 from localspec.errors import LocalspecError
-from localspec.gpu_build import nvidia_gpus, unused_gpu_advice
 from localspec.hub.config import HubConfig
 from localspec.hub.progress import format_bytes
-from localspec.memory_plan import DeviceMemory, plan_pair
-from localspec.pair_files import download_status, pair_states
-from localspec.settings import settings_path
+from localspec.machine.device import MachineInfo, device_memory, machine_info
+from localspec.machine.gpu_build import nvidia_gpus, unused_gpu_advice
+from localspec.machine.memory_plan import DeviceMemory, plan_pair
+from localspec.session.settings import settings_path
 
 PLAN_N_CTX = 4096  # the context the app and `generate` use unless told otherwise
 

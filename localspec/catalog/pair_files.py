@@ -12,15 +12,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.catalog import Catalog, CatalogError, ModelRef, Pair
+from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair
 from localspec.engine.errors import PairMismatchError
 from localspec.engine.pair_check import check_pair
-from localspec.gguf_header import GGUFHeader, read_local_header
+from localspec.gguf.header import GGUFHeader, read_local_header
+from localspec.gguf.summary import ModelSummary
 from localspec.hub import cache
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader, FileRequest
 from localspec.hub.remote import read_remote_header, remote_file
-from localspec.model_report import ModelSummary
 
 
 @dataclass(frozen=True)

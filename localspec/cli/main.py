@@ -1,23 +1,20 @@
-"""The `localspec` command line."""
+"""The `localspec` command line: its arguments, and which command's module runs.
+
+Each command's module is imported only when that command runs: they load llama.cpp, Textual or the hub client,
+which would make `localspec --help` and `--version` take seconds instead of a tenth of one.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
 
-from localspec import __version__, paths
+from localspec import __version__
 from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
 from localspec.engine import defaults
 from localspec.errors import LocalspecError
-
-if TYPE_CHECKING:  # the engine loads llama.cpp: imported only by the commands that need it
-    from localspec.engine.decode import GenerationConfig
-    from localspec.engine.engine import EngineConfig
-    from localspec.engine.stats import GenerationStats
-    from localspec.memory_plan import MemoryPlan
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--reference-p-min", default=f"{LLAMA_CPP_DEFAULT_P_MIN},{defaults.DRAFT_P_MIN}",
         help=f"p-min values to run llama.cpp's example at (default: its own default {LLAMA_CPP_DEFAULT_P_MIN}, and ours {defaults.DRAFT_P_MIN})",
     )
-    bench.add_argument("--llama-cpp-bin", type=Path, help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
+    bench.add_argument("--llama-cpp-bin", type=Path,
+                       help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
 
     make_draft = commands.add_parser("make-draft", help="cut a self-speculative draft from a target: its first N blocks and its output head")
     make_draft.add_argument("target", type=Path, metavar="TARGET.gguf")
@@ -121,41 +119,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_make_draft(args: argparse.Namespace) -> int:
-    from localspec.engine.self_draft import make_self_draft
-
-    if args.out.exists():
-        raise LocalspecError(f"{args.out} already exists: choose another name, or delete it first.")
-    made = make_self_draft(args.target, args.out, args.layers)
-    print(f"wrote {made.path}: the first {made.n_layers} of {made.of_layers} blocks, {made.size_bytes / 1e6:.0f} MB")
-    print(f"use it as a draft: localspec generate --target {args.target} --draft {made.path} --drafter model --prompt ...")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        from localspec.tui.app import LocalspecApp
+        from localspec.tui.app import LocalspecApp  # start-up time: see the module's docstring
 
         LocalspecApp().run()
         return 0
     try:
+        # Each command's module is imported here, when it runs: start-up time (see the module's docstring).
         if args.command == "generate":
-            resolve_models(args)
+            from localspec.cli.generate import run_generate
+
             return run_generate(args)
         if args.command == "make-draft":
+            from localspec.cli.make_draft import run_make_draft
+
             return run_make_draft(args)
         if args.command == "bench":
             from localspec.bench.runner import run_bench
+            from localspec.cli.pair_args import engine_config_from_args, resolve_models
 
             resolve_models(args)
-            return run_bench(args)
+            return run_bench(args, engine_config_from_args(args))
         if args.command == "doctor":
-            from localspec.doctor import run_doctor
+            from localspec.cli.doctor import run_doctor
 
             return run_doctor()
-        from localspec.cli_models import run_model_command
+        from localspec.cli.models import run_model_command
 
         return run_model_command(args)
     except LocalspecError as exc:
@@ -167,123 +159,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
-
-
-def resolve_models(args: argparse.Namespace) -> None:
-    """--pair ID becomes the pair's downloaded files and its recommended draft settings; else --target is required."""
-    from localspec.catalog import CatalogError, load_catalog
-    from localspec.hub.config import HubConfig
-    from localspec.pair_files import local_pair_paths
-
-    pair = None
-    if args.pair:
-        if args.target or args.draft:
-            raise CatalogError("Give --pair, or --target (and --draft), not both.")
-        pair = load_catalog().get(args.pair)
-        args.target, args.draft = local_pair_paths(HubConfig.from_env(), pair)
-    elif args.target is None:
-        raise CatalogError("Name the models: --pair ID (see `localspec list`), or --target PATH [--draft PATH].")
-    if args.draft_p_min is None:
-        args.draft_p_min = pair.draft_p_min if pair and pair.draft_p_min is not None else defaults.DRAFT_P_MIN
-    if args.command == "generate" and args.draft_max is None:  # bench sweeps its own list of K
-        args.draft_max = defaults.draft_max_for(args.drafter, pair.draft_max if pair else None)
-
-
-def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:
-    """Where each model's layers go, from the headers and the memory free now; refuses a pair that cannot fit."""
-    from localspec.device import device_memory
-    from localspec.memory_plan import plan_pair
-
-    draft = args.draft if with_draft else None
-    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, args.draft_gpu_layers)
-
-
-def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, plan: MemoryPlan | None = None) -> EngineConfig:
-    from localspec.engine.engine import EngineConfig
-
-    plan = plan or memory_plan_from_args(args, with_draft)
-    return EngineConfig(
-        target=args.target,
-        draft=args.draft if with_draft else None,
-        n_ctx=args.ctx_size,
-        target_gpu_layers=plan.target.gpu_layers,
-        draft_gpu_layers=plan.draft_gpu_layers,
-        n_threads=args.threads,
-        self_draft_dir=paths.self_draft_dir(),
-        self_draft_layers=getattr(args, "self_layers", None),
-    )
-
-
-def generation_config_from_args(args: argparse.Namespace, draft_max: int) -> GenerationConfig:
-    from localspec.engine.decode import GenerationConfig
-    from localspec.engine.sampling import SamplingParams
-
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
-    return GenerationConfig(
-        max_tokens=args.max_tokens,
-        sampling=sampling,
-        draft_max=draft_max,
-        draft_p_min=args.draft_p_min,
-        verification=args.verification,
-        stop=tuple(getattr(args, "stop", ())),
-    )
-
-
-def run_generate(args: argparse.Namespace) -> int:
-    from localspec.device import device_record
-    from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
-    from localspec.engine.engine import Engine
-    from localspec.engine.events import Finished, TokenEvent
-
-    if args.no_draft:
-        args.drafter, args.draft_max = "none", 0
-    config = generation_config_from_args(args, args.draft_max)
-    plan = memory_plan_from_args(args, with_draft=not args.no_draft)
-    for warning in plan.warnings:
-        print(f"localspec: warning: {warning}", file=sys.stderr)
-    with Engine(engine_config_from_args(args, with_draft=not args.no_draft, plan=plan)) as engine:
-        device = device_record(engine) | {"plan": plan.to_dict()}
-        if args.raw:
-            prompt = raw_prompt_tokens(engine.target, args.prompt)
-        else:
-            messages = ([Message("system", args.system)] if args.system else []) + [Message("user", args.prompt)]
-            prompt = chat_prompt_tokens(engine.target, messages)
-        pieces: list[str] = []
-        tokens: list[int] = []
-        finished: Finished | None = None
-        try:
-            for event in engine.decoder(args.drafter).generate(prompt, config):
-                if isinstance(event, TokenEvent):
-                    pieces.append(event.text)
-                    if event.token >= 0:
-                        tokens.append(event.token)
-                    if not args.json:
-                        sys.stdout.write(event.text)
-                        sys.stdout.flush()
-                else:
-                    finished = event
-        except KeyboardInterrupt:  # Ctrl-C: keep what was printed, say it stopped
-            print("\n[stopped]", file=sys.stderr)
-            return 130
-    assert finished is not None
-    stats = finished.stats
-    if args.json:
-        payload = {"text": "".join(pieces), "tokens": tokens, "stop_reason": finished.reason.value, "stats": stats.to_dict(), "device": device}
-        if finished.message:
-            payload["message"] = finished.message
-        print(json.dumps(payload, ensure_ascii=False))
-    else:
-        sys.stdout.write("\n")
-        if finished.message:
-            print(f"localspec: {finished.message}", file=sys.stderr)
-        print(_summary_line(stats), file=sys.stderr)
-    return 0
-
-
-def _summary_line(stats: GenerationStats) -> str:
-    parts = [f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s"]
-    if stats.draft_n:
-        parts.append(f"accepted {stats.draft_n_accepted}/{stats.draft_n} ({100 * stats.acceptance_rate:.1f}%)")
-        parts.append(f"{stats.tokens_per_step:.2f} tok/pass")
-    parts.append(f"prompt {stats.prompt_n} tokens in {stats.prompt_ms:.0f} ms")
-    return "[" + " · ".join(parts) + "]"

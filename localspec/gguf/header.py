@@ -9,9 +9,10 @@ file, or HTTP range requests against the hub.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from localspec.engine.errors import ModelLoadError
 

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from localspec.engine.drafter import Draft, Drafter, ModelDrafter
+from localspec.engine.drafters.base import Draft, Drafter, ModelDrafter
+from localspec.engine.drafters.ngram import Lookup, NgramDrafter
 from localspec.engine.model import Model
-from localspec.engine.ngram import Lookup, NgramDrafter
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 

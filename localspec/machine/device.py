@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localspec.engine.ggml_devices import BackendDevice, backend_devices
 from localspec.engine.hardware import gpu_offload_supported, physical_core_count
-from localspec.memory_plan import DeviceMemory
+from localspec.machine.ggml_devices import BackendDevice, backend_devices
+from localspec.machine.memory_plan import DeviceMemory
 
 if TYPE_CHECKING:
     from localspec.engine.engine import Engine

@@ -1,7 +1,9 @@
 """The pair catalog: localspec's shipped `models.toml`, overlaid by the user's own.
 
-A pair is a target and a draft that share a tokenizer. The shipped catalog sits
-at the top of the repository and inside the package (one file, linked); users add
+A pair is a target and a draft that share a tokenizer. The shipped catalog is the
+repository's top-level models.toml, shipped inside the package as
+localspec/catalog/models.toml (a copy a test keeps identical: a symlink breaks on
+Windows checkouts and in some wheel builds); users add
 or override pairs in `models.toml` in their config directory. Every problem in
 either file is reported with the file, the line, the pair and the field, and
 what was expected instead, because a user editing TOML by hand deserves better
@@ -18,14 +20,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from localspec import paths
+from localspec.catalog.toml_lines import TomlLines
 from localspec.errors import LocalspecError
-from localspec.toml_lines import TomlLines
+from localspec.gguf.split import SplitNameError, split_parts
 
 TAGS = ("code", "chat", "reasoning", "multilingual")
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 _PAIR_FIELDS = {
     "id": "a short name of lowercase letters, digits, '.', '-' or '_', such as \"qwen2.5-coder-7b\"",
@@ -115,21 +117,8 @@ class Catalog:
         return self.pairs[self.default_id]
 
 
-def split_parts(file: str) -> list[str]:
-    """`x-00001-of-00003.gguf` -> its three parts; any other name -> itself."""
-    match = _SPLIT.match(PurePosixPath(file).name)
-    if match is None:
-        return [file]
-    if int(match["index"]) != 1:
-        raise CatalogError(f"{file} is not the first part of its split set: name the -00001-of-{match['count']} file.")
-    count = int(match["count"])
-    parent = str(PurePosixPath(file).parent)
-    prefix = "" if parent == "." else parent + "/"
-    return [f"{prefix}{match['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
-
-
 def shipped_catalog_text() -> str:
-    return resources.files("localspec").joinpath("models.toml").read_text(encoding="utf-8")
+    return resources.files("localspec.catalog").joinpath("models.toml").read_text(encoding="utf-8")
 
 
 def user_catalog_path() -> Path:
@@ -278,7 +267,7 @@ class _Parser:
         self.check_file_name(values["file"], where)
         try:
             split_parts(values["file"])
-        except CatalogError as exc:
+        except SplitNameError as exc:
             raise self.fail(str(exc).rstrip("."), "the -00001-of-NNNNN part", key="file", **where) from None
         return ModelRef(repo=values["repo"], file=values["file"], size=size, quantization=values.get("quantization"),
                         license=values.get("license"), sha256=sha256)

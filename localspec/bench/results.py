@@ -1,0 +1,86 @@
+"""What the bench measured: its prompts, its modes and every measurement, shared by the runner, the report and the charts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from localspec.bench import reference
+from localspec.bench.ceiling import Ceiling
+from localspec.engine.stats import GenerationStats
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    category: str
+    prompt: str
+    system: str | None = None
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of decoding: a drafter at a K (auto: K is its cap), verified one way at temperature > 0."""
+
+    drafter: str  # "none" is plain decoding
+    k: int
+    verification: str = "speculative"
+
+    @property
+    def label(self) -> str:
+        if self.drafter == "none":
+            return "plain"
+        if self.drafter == "auto":
+            return f"auto K≤{self.k}"
+        return f"{self.drafter} K={self.k}" + (" sample-match" if self.verification == "sample-match" else "")
+
+    @property
+    def fixed(self) -> bool:
+        """A drafter at a set K, the kind auto is compared against."""
+        return self.drafter not in ("none", "auto") and self.verification == "speculative"
+
+
+PLAIN = Mode("none", 0)
+
+
+@dataclass
+class Measurement:
+    prompt_id: str
+    mode: Mode
+    tokens: list[int]
+    stats: GenerationStats
+    departs_at: int | None = None  # first token that differs from plain output (greedy runs)
+    margins: list[float] = field(default_factory=list)  # target's top-1 minus top-2 logit per token (--margins)
+
+    def margin_at_departure(self, plain: Measurement) -> float | None:
+        """The closer of the two runs' top-2 logit gaps where the outputs part: a near-tie, or a bug."""
+        if self.departs_at is None or not self.margins or not plain.margins:
+            return None
+        return min(self.margins[self.departs_at], plain.margins[self.departs_at])
+
+
+@dataclass(frozen=True)
+class ReferenceMeasurement:
+    """One llama-speculative-simple run: which prompt, K and p-min, and what it measured."""
+
+    prompt_id: str
+    k: int
+    p_min: float
+    run: reference.ReferenceRun
+
+
+@dataclass
+class BenchResult:
+    ks: list[int]
+    prompts: list[BenchPrompt]
+    modes: list[Mode] = field(default_factory=list)
+    temperature: float = 0.0
+    measurements: list[Measurement] = field(default_factory=list)
+    llama_bench_tg: list[float] = field(default_factory=list)  # tg64 on an empty context, before and after our runs
+    llama_bench_matched: list[float] = field(default_factory=list)  # our workload: tg<max_tokens> @ d<mean prompt>
+    matched_workload: tuple[int, int] = (0, 0)  # (n_gen, depth) of llama_bench_matched
+    reference: list[ReferenceMeasurement] = field(default_factory=list)
+    reference_error: str | None = None
+    machine: dict[str, object] = field(default_factory=dict)
+    ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
+    verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
+    rounds: int = 1

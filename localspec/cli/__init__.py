@@ -1,0 +1,1 @@
+"""The `localspec` command line."""

@@ -1,0 +1,70 @@
+"""`localspec generate`: answer one prompt, streaming the text, then the statistics (or one JSON object)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from localspec.cli.pair_args import engine_config_from_args, generation_config_from_args, memory_plan_from_args, resolve_models
+from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
+from localspec.engine.engine import Engine
+from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.stats import GenerationStats
+from localspec.machine.device import device_record
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    resolve_models(args)
+    if args.no_draft:
+        args.drafter, args.draft_max = "none", 0
+    config = generation_config_from_args(args, args.draft_max)
+    plan = memory_plan_from_args(args, with_draft=not args.no_draft)
+    for warning in plan.warnings:
+        print(f"localspec: warning: {warning}", file=sys.stderr)
+    with Engine(engine_config_from_args(args, with_draft=not args.no_draft, plan=plan)) as engine:
+        device = device_record(engine) | {"plan": plan.to_dict()}
+        if args.raw:
+            prompt = raw_prompt_tokens(engine.target, args.prompt)
+        else:
+            messages = ([Message("system", args.system)] if args.system else []) + [Message("user", args.prompt)]
+            prompt = chat_prompt_tokens(engine.target, messages)
+        pieces: list[str] = []
+        tokens: list[int] = []
+        finished: Finished | None = None
+        try:
+            for event in engine.decoder(args.drafter).generate(prompt, config):
+                if isinstance(event, TokenEvent):
+                    pieces.append(event.text)
+                    if event.token >= 0:
+                        tokens.append(event.token)
+                    if not args.json:
+                        sys.stdout.write(event.text)
+                        sys.stdout.flush()
+                else:
+                    finished = event
+        except KeyboardInterrupt:  # Ctrl-C: keep what was printed, say it stopped
+            print("\n[stopped]", file=sys.stderr)
+            return 130
+    assert finished is not None
+    stats = finished.stats
+    if args.json:
+        payload = {"text": "".join(pieces), "tokens": tokens, "stop_reason": finished.reason.value, "stats": stats.to_dict(), "device": device}
+        if finished.message:
+            payload["message"] = finished.message
+        print(json.dumps(payload, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        if finished.message:
+            print(f"localspec: {finished.message}", file=sys.stderr)
+        print(_summary_line(stats), file=sys.stderr)
+    return 0
+
+
+def _summary_line(stats: GenerationStats) -> str:
+    parts = [f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s"]
+    if stats.draft_n:
+        parts.append(f"accepted {stats.draft_n_accepted}/{stats.draft_n} ({100 * stats.acceptance_rate:.1f}%)")
+        parts.append(f"{stats.tokens_per_step:.2f} tok/pass")
+    parts.append(f"prompt {stats.prompt_n} tokens in {stats.prompt_ms:.0f} ms")
+    return "[" + " · ".join(parts) + "]"

@@ -1,0 +1,17 @@
+"""`localspec make-draft`: cut a self-speculative draft from a target's first blocks and its output head."""
+
+from __future__ import annotations
+
+import argparse
+
+from localspec.engine.drafters.self_draft import make_self_draft
+from localspec.errors import LocalspecError
+
+
+def run_make_draft(args: argparse.Namespace) -> int:
+    if args.out.exists():
+        raise LocalspecError(f"{args.out} already exists: choose another name, or delete it first.")
+    made = make_self_draft(args.target, args.out, args.layers)
+    print(f"wrote {made.path}: the first {made.n_layers} of {made.of_layers} blocks, {made.size_bytes / 1e6:.0f} MB")
+    print(f"use it as a draft: localspec generate --target {args.target} --draft {made.path} --drafter model --prompt ...")
+    return 0

@@ -1,0 +1,69 @@
+"""From the command line's model arguments (--pair or --target/--draft, --ctx-size, layers) to a planned, loadable pair.
+
+`generate` and `bench` take the same arguments and load the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from localspec import paths
+from localspec.catalog.models_toml import CatalogError, load_catalog
+from localspec.catalog.pair_files import local_pair_paths
+from localspec.engine import defaults
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import EngineConfig
+from localspec.engine.sampling import SamplingParams
+from localspec.hub.config import HubConfig
+from localspec.machine.device import device_memory
+from localspec.machine.memory_plan import MemoryPlan, plan_pair
+
+
+def resolve_models(args: argparse.Namespace) -> None:
+    """--pair ID becomes the pair's downloaded files and its recommended draft settings; else --target is required."""
+    pair = None
+    if args.pair:
+        if args.target or args.draft:
+            raise CatalogError("Give --pair, or --target (and --draft), not both.")
+        pair = load_catalog().get(args.pair)
+        args.target, args.draft = local_pair_paths(HubConfig.from_env(), pair)
+    elif args.target is None:
+        raise CatalogError("Name the models: --pair ID (see `localspec list`), or --target PATH [--draft PATH].")
+    if args.draft_p_min is None:
+        args.draft_p_min = pair.draft_p_min if pair and pair.draft_p_min is not None else defaults.DRAFT_P_MIN
+    if args.command == "generate" and args.draft_max is None:  # bench sweeps its own list of K
+        args.draft_max = defaults.draft_max_for(args.drafter, pair.draft_max if pair else None)
+
+
+def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:
+    """Where each model's layers go, from the headers and the memory free now; refuses a pair that cannot fit."""
+    draft = args.draft if with_draft else None
+    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, args.draft_gpu_layers)
+
+
+def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, plan: MemoryPlan | None = None) -> EngineConfig:
+
+    plan = plan or memory_plan_from_args(args, with_draft)
+    return EngineConfig(
+        target=args.target,
+        draft=args.draft if with_draft else None,
+        n_ctx=args.ctx_size,
+        target_gpu_layers=plan.target.gpu_layers,
+        draft_gpu_layers=plan.draft_gpu_layers,
+        n_threads=args.threads,
+        self_draft_dir=paths.self_draft_dir(),
+        self_draft_layers=getattr(args, "self_layers", None),
+    )
+
+
+def generation_config_from_args(args: argparse.Namespace, draft_max: int) -> GenerationConfig:
+
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    return GenerationConfig(
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        draft_max=draft_max,
+        draft_p_min=args.draft_p_min,
+        verification=args.verification,
+        stop=tuple(getattr(args, "stop", ())),
+    )

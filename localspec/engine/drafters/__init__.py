@@ -1,0 +1,1 @@
+"""The drafters: each proposes tokens for the target to verify, behind one protocol."""

@@ -1,0 +1,1 @@
+"""GGUF files read without their weights: the header reader and the model summary."""

@@ -1,0 +1,1 @@
+"""This machine: device memory, the memory planner, GPU build detection."""
