@@ -387,3 +387,20 @@ async def test_a_pair_too_big_for_this_machine_is_refused_before_loading(setup: 
         await wait_for(pilot, lambda: any("does not fit" in n.message for n in app._notifications))
         assert app.loaded is None
         assert "tiny is not loaded" in app.query_one("#device").render()
+
+
+@run_async
+async def test_the_device_line_refreshes_behind_a_screen_and_while_the_app_closes(setup: Setup, tiny):
+    """The line's 2 s refresh once queried the screen on top: with the settings screen open, or as the app closed,
+    it found no device line and the app died."""
+    setup.write(local_pair("tiny", tiny["target"], tiny["same"]), last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: len(app.screen_stack) > 1)
+        app.refresh_device_line()  # what the interval does, with the settings screen on top
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+        assert "layers on GPU" in app.query_one("#device").render()
+    app.refresh_device_line()  # and after the app has closed

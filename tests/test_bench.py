@@ -16,12 +16,13 @@ from localspec.engine.errors import EngineError
 from tests.lossless import NEAR_TIE_TINY
 
 
-def bench(tmp_path, tiny, *args: str) -> subprocess.CompletedProcess[str]:
+def bench(tmp_path, tiny, *args: str, charts: bool = True) -> subprocess.CompletedProcess[str]:
+    """`localspec bench` on the tiny pair, run from `tmp_path`; charts go to tmp_path/charts when asked for."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the self drafter's cut draft goes there
     return subprocess.run(
         [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]),
-         "--max-tokens", "24", "--charts", str(tmp_path / "charts"), *args],
-        capture_output=True, text=True, timeout=600, env=env,
+         "--max-tokens", "24", *(["--charts", str(tmp_path / "charts")] if charts else []), *args],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )
 
 
@@ -65,8 +66,9 @@ def test_bench_at_a_temperature_compares_speculative_sampling_with_sample_and_ma
     prompts.write_text('{"id": "a", "prompt": "tell me everything"}\n{"id": "b", "prompt": "the cat sat on the mat"}\n')
     out = tmp_path / "bench.json"
     result = bench(tmp_path, tiny, "--draft-max", "3", "--drafters", "model", "--temperature", "0.7", "--prompts", str(prompts),
-                   "--auto-max", "5", "--json", str(out))
+                   "--auto-max", "5", "--json", str(out), charts=False)
     assert result.returncode == 0, result.stderr
+    assert not list(tmp_path.rglob("*.png")) and "chart:" not in result.stdout  # charts only when --charts asks
     assert "Verification at the same temperature, prompts and seeds" in result.stdout
     assert "K=3: speculative sampling" in result.stdout and "sample-and-match" in result.stdout
     data = json.loads(out.read_text())

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="0 (default) checks every mode against plain output; above 0 also compares speculative sampling with sample-and-match")
     bench.add_argument("--seed", type=int, default=0, help="at temperature > 0, prompt i samples with seed+i in every mode (default 0)")
-    bench.add_argument("--charts", type=Path, default=Path("."), help="directory for the two PNG charts (default: here)")
+    bench.add_argument("--charts", type=Path, help="also save the two PNG charts in this directory")
     bench.add_argument("--draft-p-min", type=float, help=f"localspec's draft p-min (default: the pair's, else {defaults.DRAFT_P_MIN})")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")

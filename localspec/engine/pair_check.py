@@ -16,7 +16,7 @@ FIRST_COMPARED_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are speci
 
 
 class Vocabulary(Protocol):
-    """What the check reads: a loaded Model, or (later) a GGUF header read over HTTP."""
+    """What the check reads: a loaded Model, or a GGUF header (local, or read over HTTP before a download)."""
 
     @property
     def vocab_type(self) -> int: ...

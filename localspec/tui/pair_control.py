@@ -90,7 +90,10 @@ class PairControl:
         self.notify(message.error, severity="error" if "cancelled" not in message.error else "information", timeout=15)
 
     def set_device_text(self, text: str) -> None:
-        self.query_one(DeviceLine).show(text)
+        """The device line lives on the main screen. A query from the app searches the screen on top, which may be
+        the models or settings screen, or nothing while the app closes: both killed the app on the 2 s refresh."""
+        for line in self.screen_stack[0].query(DeviceLine) if self.screen_stack else ():
+            line.show(text)
 
     def refresh_device_line(self) -> None:
         if self.loaded is None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.widget import Widget
 
@@ -73,7 +71,6 @@ class StatsPanel(Widget):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.frames = 0
-        self.first_frame_at: float | None = None
         self.last_snapshot: StatsSnapshot | None = None
         self._text = self.IDLE
 
@@ -85,10 +82,3 @@ class StatsPanel(Widget):
         self._text = render_snapshot(snapshot)
         self.refresh()
         self.frames += 1
-        if self.first_frame_at is None:
-            self.first_frame_at = time.perf_counter()
-
-    def frames_per_second(self) -> float:
-        if self.first_frame_at is None or self.frames < 2:
-            return 0.0
-        return (self.frames - 1) / max(1e-6, time.perf_counter() - self.first_frame_at)
