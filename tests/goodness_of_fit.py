@@ -72,11 +72,12 @@ def _pooled_buckets(
             observed.append(pool_observed)
             wanted.append(pool_wanted)
             pool_observed, pool_wanted = 0, 0.0
-    if pool_wanted > 0.0:  # can only be left over if every outcome together is expected < 5 times
-        if not observed:
-            observed.append(0)
-            wanted.append(0.0)
-        observed[-1] += pool_observed
-        wanted[-1] += pool_wanted
+    if pool_wanted > 0.0:  # a remainder short of MIN_EXPECTED joins the last bucket (or is the only one)
+        if observed:
+            observed[-1] += pool_observed
+            wanted[-1] += pool_wanted
+        else:
+            observed.append(pool_observed)
+            wanted.append(pool_wanted)
     scale = n / math.fsum(wanted)  # equal totals exactly, which chisquare insists on
     return observed, [w * scale for w in wanted]

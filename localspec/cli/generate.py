@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 
-from localspec.cli.pair_args import engine_config_from_args, generation_config_from_args, memory_plan_from_args, resolve_models
+from localspec.cli.pair_args import engine_config_from_args, memory_plan_from_args, resolve_models
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
+from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.machine.device import device_record
 
@@ -18,7 +20,7 @@ def run_generate(args: argparse.Namespace) -> int:
     resolve_models(args)
     if args.no_draft:
         args.drafter, args.draft_max = "none", 0
-    config = generation_config_from_args(args, args.draft_max)
+    config = _generation_config(args)
     plan = memory_plan_from_args(args, with_draft=not args.no_draft)
     for warning in plan.warnings:
         print(f"localspec: warning: {warning}", file=sys.stderr)
@@ -59,6 +61,12 @@ def run_generate(args: argparse.Namespace) -> int:
             print(f"localspec: {finished.message}", file=sys.stderr)
         print(_summary_line(stats), file=sys.stderr)
     return 0
+
+
+def _generation_config(args: argparse.Namespace) -> GenerationConfig:
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    return GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=args.draft_max, draft_p_min=args.draft_p_min,
+                            verification=args.verification, stop=tuple(args.stop))
 
 
 def _summary_line(stats: GenerationStats) -> str:

@@ -122,13 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Each command's module is imported here, when it runs: start-up time (see the module's docstring).
     if args.command is None:
-        from localspec.tui.app import LocalspecApp  # start-up time: see the module's docstring
+        from localspec.tui.app import LocalspecApp
 
         LocalspecApp().run()
         return 0
     try:
-        # Each command's module is imported here, when it runs: start-up time (see the module's docstring).
         if args.command == "generate":
             from localspec.cli.generate import run_generate
 

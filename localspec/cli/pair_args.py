@@ -11,9 +11,7 @@ from localspec import paths
 from localspec.catalog.models_toml import CatalogError, load_catalog
 from localspec.catalog.pair_files import local_pair_paths
 from localspec.engine import defaults
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import EngineConfig
-from localspec.engine.sampling import SamplingParams
 from localspec.hub.config import HubConfig
 from localspec.machine.device import device_memory
 from localspec.machine.memory_plan import MemoryPlan, plan_pair
@@ -42,7 +40,6 @@ def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> 
 
 
 def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, plan: MemoryPlan | None = None) -> EngineConfig:
-
     plan = plan or memory_plan_from_args(args, with_draft)
     return EngineConfig(
         target=args.target,
@@ -53,17 +50,4 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, p
         n_threads=args.threads,
         self_draft_dir=paths.self_draft_dir(),
         self_draft_layers=getattr(args, "self_layers", None),
-    )
-
-
-def generation_config_from_args(args: argparse.Namespace, draft_max: int) -> GenerationConfig:
-
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
-    return GenerationConfig(
-        max_tokens=args.max_tokens,
-        sampling=sampling,
-        draft_max=draft_max,
-        draft_p_min=args.draft_p_min,
-        verification=args.verification,
-        stop=tuple(getattr(args, "stop", ())),
     )
