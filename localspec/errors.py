@@ -10,3 +10,7 @@ from __future__ import annotations
 
 class LocalspecError(Exception):
     """An expected failure with a user-facing message."""
+
+
+class UsageError(LocalspecError):
+    """A value the user gave (an argument, a setting) is invalid: the command line exits with status 2 for it, as argparse does."""

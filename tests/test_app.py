@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -404,3 +405,23 @@ async def test_the_device_line_refreshes_behind_a_screen_and_while_the_app_close
         await wait_for(pilot, lambda: len(app.screen_stack) == 1)
         assert "layers on GPU" in app.query_one("#device").render()
     app.refresh_device_line()  # and after the app has closed
+
+
+def test_a_cancelled_load_is_told_apart_by_its_error_type_not_its_wording(tmp_path, tiny):
+    """The app once searched the message for the word "cancelled" to decide between information and an error."""
+    from localspec.catalog.models_toml import parse_catalog
+    from localspec.tui import messages as m
+    from localspec.tui import workers
+
+    pair = parse_catalog(local_pair("tiny", tiny["target"], tiny["near"]), "test", require_default=False).get("tiny")
+    posted: list[object] = []
+    stopped = threading.Event()
+    stopped.set()  # Esc pressed before the draft loads
+    workers.load(posted.append, pair, tiny["target"], tiny["near"], Settings(), stopped)
+    failed = [p for p in posted if isinstance(p, m.PairLoadFailed)]
+    assert len(failed) == 1 and failed[0].cancelled
+
+    posted.clear()
+    workers.load(posted.append, pair, tiny["target"], tmp_path / "cancelled.gguf", Settings(), threading.Event())
+    failed = [p for p in posted if isinstance(p, m.PairLoadFailed)]
+    assert len(failed) == 1 and not failed[0].cancelled and "cancelled.gguf" in failed[0].error  # a word in a path is not a cancel

@@ -13,6 +13,7 @@ from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.runner import load_prompts, parse_ks, parse_p_mins, select_prompts
 from localspec.engine.cost_model import StepCosts, draft_length_distribution, expected_tokens_per_step
 from localspec.engine.errors import EngineError
+from localspec.errors import UsageError
 from tests.lossless import NEAR_TIE_TINY
 
 
@@ -116,15 +117,15 @@ def test_prompt_file_errors_name_the_line(tmp_path):
 
 def test_k_list_parsing():
     assert parse_ks("4,1,2,4") == [1, 2, 4]
-    with pytest.raises(ValueError, match="comma-separated integers"):
+    with pytest.raises(UsageError, match="comma-separated integers"):
         parse_ks("1,two")
 
 
 def test_reference_p_min_parsing():
     assert parse_p_mins("0.6,0,0.6") == [0.0, 0.6]
-    with pytest.raises(ValueError, match="between 0 and 1"):
+    with pytest.raises(UsageError, match="between 0 and 1"):
         parse_p_mins("1.5")
-    with pytest.raises(ValueError, match="comma-separated probabilities"):
+    with pytest.raises(UsageError, match="comma-separated probabilities"):
         parse_p_mins("low")
 
 

@@ -162,3 +162,13 @@ def test_a_user_default_must_name_a_known_pair(tmp_path):
     user.write_text('default = "ghost"\n')
     with pytest.raises(CatalogError, match=r"default = 'ghost' names no pair; expected one of"):
         load_catalog(user)
+
+
+def test_one_rule_reads_a_model_the_user_typed(tmp_path):
+    from localspec.catalog.models_toml import ModelRef, hub_file_ref, model_ref
+
+    assert model_ref("Qwen/Qwen2.5-GGUF/q4/model.gguf") == ModelRef(repo="Qwen/Qwen2.5-GGUF", file="q4/model.gguf")
+    assert model_ref(f"  {tmp_path / 'x.gguf'} ") == ModelRef(path=tmp_path / "x.gguf")  # written as a path: local, existing or not
+    assert model_ref("~/m.gguf") == ModelRef(path=Path("~/m.gguf").expanduser())
+    for neither in ("owner/model.gguf", "a//b.gguf", "owner/repo/notes.txt", ""):
+        assert model_ref(neither) is None and hub_file_ref(neither) is None

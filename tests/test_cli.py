@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from localspec import __version__
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import GenerationConfig
@@ -39,7 +41,7 @@ def test_generate_json_matches_the_engine(tiny):
     for key in ("n_steps", "draft_n", "draft_n_accepted", "acceptance_rate", "tokens_per_step", "acceptance_by_position",
                 "t_draft_ms", "t_verify_ms", "t_other_ms", "prompt_n", "prompt_ms", "predicted_per_second", "python_ms_per_step"):
         assert key in stats
-    assert stats["draft_n"] > 0 and stats["drafter"] == "draft-model"
+    assert stats["draft_n"] > 0 and stats["drafter"] == "model"
 
 
 def test_generate_uses_auto_by_default_and_reports_its_decisions(tiny):
@@ -60,7 +62,25 @@ def test_generate_streams_text_and_a_summary(tiny):
 def test_bad_sampling_value_is_a_clear_error(tiny):
     result = cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--top-p", "1.5")
     assert result.returncode == 2
-    assert "top-p must be in (0, 1]" in result.stderr and "Traceback" not in result.stderr
+    assert "top-p must be above 0 and at most 1, not 1.5" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_bench_list_is_a_usage_error_with_status_2(tiny):
+    result = cli("bench", "--target", str(tiny["target"]), "--draft-max", "1,two")
+    assert result.returncode == 2 and "comma-separated integers" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_programming_error_is_not_passed_off_as_a_user_error(monkeypatch, capsys):
+    """A ValueError from a bug must surface as a traceback, not as a one-line 'localspec: ...' with status 2."""
+    import localspec.cli.doctor
+    from localspec.cli.main import main
+
+    def broken() -> int:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(localspec.cli.doctor, "run_doctor", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        main(["doctor"])
 
 
 def test_llama_cpp_log_goes_to_the_log_directory_not_the_terminal(tmp_path, tiny):

@@ -7,10 +7,10 @@ import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
-from localspec.engine.defaults import DRAFTERS
 from localspec.engine.drafters.auto.controller import AcceptanceModel, AutoDrafter, CostTable
-from localspec.engine.drafters.base import ModelDrafter
+from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, NgramDrafter
+from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.stats import GenerationStats
 from tests.conftest import run
@@ -132,7 +132,7 @@ def auto_decisions(target, draft, tokens: int, costs: tuple[dict[int, float], fl
 
 def test_the_controller_drafts_long_when_drafts_always_match(tiny):
     decisions = auto_decisions(tiny["talkative"], tiny["talkative"], 400, GPU_LIKE)
-    long_steps = sum(n for label, n in decisions.items() if label.startswith("draft-model K=") and int(label.split("=")[1]) >= 6)
+    long_steps = sum(n for label, n in decisions.items() if label.startswith("model K=") and int(label.split("=")[1]) >= 6)
     assert long_steps >= 0.8 * sum(decisions.values()), decisions
 
 
@@ -148,7 +148,7 @@ def test_autos_draft_model_reads_the_prompt_only_once_it_drafts(tiny):
         costs = CostTable(dict(CPU_LIKE[0]), CPU_LIKE[1], fixed=True)
         idle = run(Decoder(engine.target, AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))), prompt,
                    GenerationConfig(max_tokens=40, draft_max=8))
-        assert not any(label.startswith("draft-model") for label in idle.finished.stats.decisions)
+        assert not any(label.startswith("model") for label in idle.finished.stats.decisions)
         assert engine.draft.kv_tokens == []  # never asked to draft: the prompt was never decoded into it
         eager = ModelDrafter(engine.draft)
         eager.start(prompt)
@@ -246,3 +246,30 @@ def test_make_draft_writes_a_gguf_that_loads_passes_the_pair_check_and_drafts(ti
     assert again.returncode == 1 and "already exists" in again.stderr
     bad = cli("make-draft", "--layers", "2", str(tiny["target"]), str(tmp_path / "x.gguf"))
     assert bad.returncode == 1 and "between 1 and 1" in bad.stderr and not (tmp_path / "x.gguf").exists()
+
+
+class RecordingCosts(CostTable):
+    """A cost table that keeps every draft cost it is taught, to show what the controller measures."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.draft_lessons: list[float] = []
+
+    def observe_draft(self, ms_per_token: float) -> None:
+        self.draft_lessons.append(ms_per_token)
+        super().observe_draft(ms_per_token)
+
+
+def test_autos_draft_cost_leaves_out_the_catch_up_it_charges_separately(tiny):
+    """The first draft after a lazy start decodes the whole prompt; that is catch-up, which decide() prices on its own.
+    Taught as a per-token cost too, it was counted twice and held auto off the draft model after plain stretches."""
+    with Engine(EngineConfig(tiny["talkative"], tiny["talkative"])) as engine:
+        assert engine.draft is not None
+        costs = RecordingCosts(dict(GPU_LIKE[0]), GPU_LIKE[1])  # costs where the draft model always wins
+        controller = AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))
+        long_prompt = chat_prompt_tokens(engine.target, [Message("user", " ".join(["tell me everything"] * 150))])
+        assert len(long_prompt) > 1000
+        run(Decoder(engine.target, controller), long_prompt, GenerationConfig(max_tokens=40, draft_max=8, draft_p_min=0.0))
+        first, later = costs.draft_lessons[0], sorted(costs.draft_lessons[1:])
+        assert len(later) >= 3
+        assert first < 3 * later[len(later) // 2], costs.draft_lessons

@@ -183,7 +183,7 @@ def test_draft_catches_up_after_many_plain_steps(tiny):
     """Steps without a draft leave tokens pending; the next draft feeds them all, in n_batch chunks."""
     import numpy as np
 
-    from localspec.engine.drafters.base import ModelDrafter
+    from localspec.engine.drafters.draft_model import ModelDrafter
     from localspec.engine.model import Model
 
     with Model(tiny["near"]) as model:
@@ -200,3 +200,52 @@ def test_draft_catches_up_after_many_plain_steps(tiny):
         draft = drafter.propose(3, 0.0, None, rng)
         assert len(draft.tokens) == 3
         assert model.kv_tokens == settled + draft.tokens[:2]
+
+
+def test_vetting_after_more_than_a_batch_of_pending_tokens_keeps_its_rows_aligned(tiny):
+    """The hierarchical vet asks a row for each proposed token; with more than n_batch tokens pending, the last
+    batch must still hold all of them (it once held the remainder only: too few rows, misaligned or an IndexError)."""
+    import numpy as np
+
+    from localspec.engine.drafters.draft_model import ModelDrafter
+    from localspec.engine.model import Model, ModelConfig
+
+    settled_later = [10 + i for i in range(12)]  # with the prompt's last token, 13 pending: batches of 8, 8, 1
+    with Model(tiny["target"]) as wide, Model(tiny["target"], ModelConfig(n_batch=8)) as narrow:
+        prompt = raw_prompt_tokens(wide, "hello there")
+        reference = ModelDrafter(wide)
+        reference.start(prompt)
+        reference.advance(settled_later)
+        proposal = reference.propose(5, 0.0, None, np.random.default_rng(0)).tokens  # what the draft itself would say
+        assert len(proposal) == 5
+        vetting = ModelDrafter(narrow)
+        vetting.start(prompt)
+        vetting.advance(settled_later)
+        assert vetting.pending_tokens + len(proposal) - 1 == 17 and narrow.n_batch == 8
+        assert vetting.agreed_prefix(proposal) == len(proposal)
+        assert narrow.kv_tokens == [*prompt, *settled_later, *proposal[:-1]]
+
+
+def test_a_tree_near_a_full_context_ends_cleanly(tiny):
+    """A fork takes cells of its own: near the end of the context the step drops it instead of overflowing the cache."""
+    from localspec.engine.decode import Decoder
+    from localspec.engine.drafters.draft_model import ModelDrafter
+    from localspec.engine.drafters.tree import TreeDrafter
+    from localspec.engine.model import Model, ModelConfig
+
+    with Model(tiny["talkative"], ModelConfig(n_ctx=256)) as target, Model(tiny["talkative_draft"], ModelConfig(n_ctx=256)) as draft:
+        target.ensure_sequences(2)
+        decoder = Decoder(target, TreeDrafter(ModelDrafter(draft), p_split=0.0))  # forks at every step
+        prompt = chat_prompt_tokens(target, [Message("user", "tell me everything")])
+        result = run(decoder, prompt, GenerationConfig(max_tokens=10_000, draft_max=4, draft_p_min=0.0))
+        assert result.finished.reason == StopReason.CONTEXT_FULL
+        assert result.finished.stats.n_forks > 0
+        assert len(prompt) + result.finished.stats.predicted_n >= target.n_ctx - 1
+
+
+def test_the_self_draft_stays_off_the_gpu_unless_a_plan_counted_it(tiny, tmp_path):
+    """Loaded with the draft's layer count (None: every layer on the GPU), it took GPU memory no plan had seen."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"], self_draft_dir=tmp_path)) as engine:
+        assert engine.self_draft().config.n_gpu_layers == 0
+    with Engine(EngineConfig(tiny["target"], None, self_draft_dir=tmp_path, self_draft_gpu_layers=3)) as engine:
+        assert engine.self_draft().config.n_gpu_layers == 3

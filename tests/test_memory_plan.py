@@ -205,3 +205,24 @@ def test_a_pair_too_big_for_this_machine_is_refused_before_loading(tiny):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "does not fit in this machine's memory at a 1073741824-token context" in result.stderr
     assert "smaller quantization" in result.stderr and "--ctx-size 536870912" in result.stderr and "smaller pair" in result.stderr
+
+
+def test_the_self_draft_is_planned_from_the_targets_header_and_gets_only_what_the_target_leaves(tiny, tmp_path):
+    from localspec.engine.drafters.self_draft import cached_self_draft
+    from localspec.machine.memory_plan import plan_pair
+
+    target = read_footprint(tiny["target"], N_CTX)
+    made = cached_self_draft(tiny["target"], 1, tmp_path)
+    cut = read_footprint(made.path, N_CTX)
+    planned = target.first_blocks(1)
+    assert (planned.weight_bytes, planned.kv_bytes, planned.n_layer) == (cut.weight_bytes, cut.kv_bytes, cut.n_layer)
+
+    budget = target.gpu_bytes(target.n_offloadable) + planned.gpu_bytes(1)  # the target, and the self-draft's output layer only
+    plan = plan_memory(target, None, N_CTX, DeviceMemory(gpu_free_leaving(budget), 16 * GiB), self_draft=planned)
+    assert plan.target.gpu_layers == target.n_offloadable and plan.self_draft_gpu_layers == 1
+    assert plan.gpu_bytes <= plan.memory.gpu_budget
+    assert [p.role for p in plan.placements] == ["target", "self-draft"] and "self-draft" in plan.to_dict()["models"]
+
+    assert plan_pair(tiny["target"], tiny["near"], N_CTX, DeviceMemory(None, 16 * GiB)).self_draft_gpu_layers == 0  # not planned: CPU
+    with_self = plan_pair(tiny["target"], None, N_CTX, DeviceMemory(None, 16 * GiB), with_self_draft=True, self_draft_layers=1)
+    assert with_self.self_draft is not None and with_self.self_draft.footprint.n_layer == 1

@@ -22,18 +22,20 @@ from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.charts import save_charts
 from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
-from localspec.engine import defaults
-from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
+from localspec.engine.chat import Message, chat_prompt_tokens, render_chat, with_system
 from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
+from localspec.errors import UsageError
 from localspec.machine.device import device_record
 
-BENCH_DRAFTERS = ("model", "ngram", "hybrid", "hierarchical", "tree", "self")  # every fixed drafter; auto runs beside them
+# Every fixed drafter: auto runs beside them, and plain decoding is the baseline of every ratio.
+BENCH_DRAFTERS = tuple(name for name in registry.DRAFTERS if name not in ("auto", "none"))
 
 
 T = TypeVar("T")
@@ -78,23 +80,24 @@ def parse_p_mins(text: str) -> list[float]:
     try:
         values = sorted({float(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise ValueError(f"--reference-p-min takes comma-separated probabilities such as 0,0.6, not {text!r}") from None
+        raise UsageError(f"--reference-p-min takes comma-separated probabilities such as 0,0.6, not {text!r}") from None
     if not values or not all(0.0 <= v <= 1.0 for v in values):
-        raise ValueError("--reference-p-min values must lie between 0 and 1")
+        raise UsageError("--reference-p-min values must lie between 0 and 1")
     return values
 
 
 def parse_drafters(text: str | None, have_draft_model: bool) -> list[str]:
     """The fixed drafters to sweep: as given, else every one this pair can run."""
     if text is None:
-        return [d for d in BENCH_DRAFTERS if have_draft_model or d not in defaults.DRAFTERS_WITH_DRAFT_MODEL]
+        return [d for d in BENCH_DRAFTERS if have_draft_model or not registry.DRAFTERS[d].needs_draft_model]
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [n for n in names if n not in BENCH_DRAFTERS]
     if unknown or not names:
-        raise ValueError(f"--drafters takes a comma-separated list of {', '.join(BENCH_DRAFTERS)}, not {text!r}")
-    needing = [n for n in names if n in defaults.DRAFTERS_WITH_DRAFT_MODEL]
+        raise UsageError(f"--drafters takes a comma-separated list of {', '.join(BENCH_DRAFTERS)}, not {text!r}")
+    needing = [n for n in names if registry.DRAFTERS[n].needs_draft_model]
     if needing and not have_draft_model:
-        raise EngineError(f"{', '.join(needing)} need a draft model: give --draft (or --pair), or bench ngram and self only.")
+        without = ", ".join(d for d in BENCH_DRAFTERS if d in registry.NO_DRAFT_MODEL)
+        raise UsageError(f"{', '.join(needing)} need a draft model: give --draft (or --pair), or bench {without} only.")
     return list(dict.fromkeys(names))
 
 
@@ -102,9 +105,9 @@ def parse_ks(text: str) -> list[int]:
     try:
         ks = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise ValueError(f"--draft-max takes comma-separated integers such as 1,2,4,8, not {text!r}") from None
+        raise UsageError(f"--draft-max takes comma-separated integers such as 1,2,4,8, not {text!r}") from None
     if not ks or ks[0] < 1:
-        raise ValueError("--draft-max values must be 1 or more")
+        raise UsageError("--draft-max values must be 1 or more")
     return ks
 
 
@@ -136,7 +139,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
     prompts = select_prompts(load_prompts(args.prompts), args.only)
     drafters = parse_drafters(args.drafters, args.draft is not None)
     if args.auto_max is not None and args.auto_max < 1:
-        raise ValueError("--auto-max must be 1 or more")
+        raise UsageError("--auto-max must be 1 or more")
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
     with Engine(engine_config) as engine:
@@ -171,7 +174,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
 
 
 def _messages(prompt: BenchPrompt) -> list[Message]:
-    return ([Message("system", prompt.system)] if prompt.system else []) + [Message("user", prompt.prompt)]
+    return with_system(prompt.system, [Message("user", prompt.prompt)])
 
 
 def _bench_prompt(

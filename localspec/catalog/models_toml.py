@@ -21,6 +21,7 @@ from typing import Any
 
 from localspec import paths
 from localspec.catalog.toml_lines import TomlLines
+from localspec.engine import defaults
 from localspec.errors import LocalspecError
 from localspec.gguf.split import SplitNameError, split_parts
 
@@ -38,7 +39,7 @@ _PAIR_FIELDS = {
     "draft": "a [pair.draft] table",
     "draft_max": "an integer from 1 to 32: the most tokens to draft per step",
     "draft_p_min": "a number from 0 to 1: stop drafting below this draft confidence",
-    "memory_gib": "a positive number: GiB of RAM or VRAM the pair needs at a 4096-token context",
+    "memory_gib": f"a positive number: GiB of RAM or VRAM the pair needs at a {defaults.N_CTX}-token context",
     "notes": "text in quotes",
 }
 _MODEL_FIELDS = {
@@ -82,6 +83,26 @@ class ModelRef:
         if self.file is None:
             return []
         return split_parts(self.file)
+
+
+def hub_file_ref(text: str) -> ModelRef | None:
+    """OWNER/REPO/FILE.gguf (the file may sit in a folder of the repository) as a hub reference; None if `text` is not one."""
+    parts = text.strip().split("/")
+    if len(parts) < 3 or not parts[-1].endswith(".gguf") or any(not part for part in parts):
+        return None
+    return ModelRef(repo="/".join(parts[:2]), file="/".join(parts[2:]))
+
+
+def model_ref(text: str) -> ModelRef | None:
+    """What the user typed for a model: a local path (one that exists, or is written as a path: absolute, ./ or ~),
+    else OWNER/REPO/FILE.gguf on the hub; None if it is neither. The command line and the app's form share this rule."""
+    text = text.strip()
+    if not text:
+        return None
+    path = Path(text).expanduser()
+    if path.is_absolute() or text.startswith((".", "~")) or path.exists():
+        return ModelRef(path=path)
+    return hub_file_ref(text)
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from localspec.catalog.models_toml import CatalogError, Pair, parse_catalog
+from localspec.catalog.models_toml import CatalogError, Pair, model_ref, parse_catalog
 
 
 def model_table(role: str, spec: str) -> str:
     """`spec` is a local .gguf path, or OWNER/REPO/FILE.gguf on the hub."""
-    spec = spec.strip()
-    path = Path(spec).expanduser()
-    if path.is_absolute() or spec.startswith((".", "~")) or path.exists():
-        return f"[pair.{role}]\npath = {json.dumps(str(path))}\n"
-    parts = spec.split("/")
-    if len(parts) < 3:
-        raise CatalogError(f"The {role} {spec!r} is neither a local .gguf path nor OWNER/REPO/FILE.gguf.")
-    return f"[pair.{role}]\nrepo = {json.dumps('/'.join(parts[:2]))}\nfile = {json.dumps('/'.join(parts[2:]))}\n"
+    ref = model_ref(spec)
+    if ref is None:
+        raise CatalogError(f"The {role} {spec.strip()!r} is neither a local .gguf path nor OWNER/REPO/FILE.gguf.")
+    if ref.path is not None:
+        return f"[pair.{role}]\npath = {json.dumps(str(ref.path))}\n"
+    return f"[pair.{role}]\nrepo = {json.dumps(ref.repo)}\nfile = {json.dumps(ref.file)}\n"
 
 
 def add_user_pair(file: Path, pair_id: str, title: str, target: str, draft: str) -> Pair:

@@ -14,15 +14,14 @@ from importlib import metadata
 from localspec import __version__, paths
 from localspec.catalog.models_toml import load_catalog, user_catalog_path
 from localspec.catalog.pair_files import download_status, pair_states
+from localspec.engine import defaults
 from localspec.errors import LocalspecError
 from localspec.hub.config import HubConfig
-from localspec.hub.progress import format_bytes
 from localspec.machine.device import MachineInfo, device_memory, machine_info
 from localspec.machine.gpu_build import nvidia_gpus, unused_gpu_advice
 from localspec.machine.memory_plan import DeviceMemory, plan_pair
 from localspec.session.settings import settings_path
-
-PLAN_N_CTX = 4096  # the context the app and `generate` use unless told otherwise
+from localspec.units import format_bytes
 
 
 def _row(label: str, value: str, indent: int = 2) -> None:
@@ -68,7 +67,7 @@ def _print_paths(hub: HubConfig) -> None:
 
 
 def _print_pairs(hub: HubConfig, memory: DeviceMemory) -> None:
-    print(f"Pairs (downloaded, and the memory plan at a {PLAN_N_CTX}-token context)")
+    print(f"Pairs (downloaded, and the memory plan at a {defaults.N_CTX}-token context)")
     try:
         catalog = load_catalog()
     except LocalspecError as exc:
@@ -82,7 +81,7 @@ def _print_pairs(hub: HubConfig, memory: DeviceMemory) -> None:
             target, draft = (state.first_file for state in states)
             assert target is not None and draft is not None
             try:
-                plan = plan_pair(target, draft, PLAN_N_CTX, memory).describe()
+                plan = plan_pair(target, draft, defaults.N_CTX, memory).describe()
             except LocalspecError as exc:
                 plan = str(exc)
         print(f"  {pair.id:<30}{status:<13}{plan}".rstrip())

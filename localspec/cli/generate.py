@@ -7,7 +7,7 @@ import json
 import sys
 
 from localspec.cli.pair_args import engine_config_from_args, memory_plan_from_args, resolve_models
-from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
+from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens, with_system
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine
 from localspec.engine.events import Finished, TokenEvent
@@ -29,8 +29,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.raw:
             prompt = raw_prompt_tokens(engine.target, args.prompt)
         else:
-            messages = ([Message("system", args.system)] if args.system else []) + [Message("user", args.prompt)]
-            prompt = chat_prompt_tokens(engine.target, messages)
+            prompt = chat_prompt_tokens(engine.target, with_system(args.system, [Message("user", args.prompt)]))
         pieces: list[str] = []
         tokens: list[int] = []
         finished: Finished | None = None

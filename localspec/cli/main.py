@@ -14,7 +14,8 @@ from pathlib import Path
 from localspec import __version__
 from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
 from localspec.engine import defaults
-from localspec.errors import LocalspecError
+from localspec.engine.drafters import registry
+from localspec.errors import LocalspecError, UsageError
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pair", help="a downloaded pair from the catalog (`localspec list`), instead of --target/--draft")
     group.add_argument("--target", type=Path, help="target model GGUF file")
     group.add_argument("--draft", type=Path, help="draft model GGUF file (same tokenizer as the target)")
-    group.add_argument("--ctx-size", type=int, default=4096, help="context size shared by both models (default 4096)")
+    group.add_argument("--ctx-size", type=int, default=defaults.N_CTX, help=f"context size shared by both models (default {defaults.N_CTX})")
     group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     group.add_argument("--target-gpu-layers", type=int, help="target layers on the GPU (default: the memory planner's choice; -1 = all)")
     group.add_argument("--draft-gpu-layers", type=int, help="draft layers on the GPU (default: the memory planner's choice; -1 = all)")
@@ -45,8 +46,8 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_draft_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("speculation")
-    group.add_argument("--drafter", choices=list(defaults.DRAFTERS), default=defaults.DRAFTER, metavar="NAME",
-                       help="; ".join(f"{name}: {what}" for name, what in defaults.DRAFTERS.items()) + f" (default {defaults.DRAFTER})")
+    group.add_argument("--drafter", choices=list(registry.DRAFTERS), default=registry.DEFAULT, metavar="NAME",
+                       help="; ".join(f"{d.name}: {d.description}" for d in registry.DRAFTERS.values()) + f" (default {registry.DEFAULT})")
     group.add_argument("--self-layers", type=int, help="blocks of the target the self drafter keeps (default: a quarter)")
     group.add_argument("--draft-max", type=int, help=f"most tokens drafted per step, K (default: {defaults.AUTO_DRAFT_MAX} for auto; "
                                                       f"else the pair's, else {defaults.DRAFT_MAX})")
@@ -152,10 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_model_command(args)
     except LocalspecError as exc:
         print(f"localspec: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"localspec: {exc}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         return 130
     return 0

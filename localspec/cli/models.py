@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair, load_catalog, user_catalog_path
+from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair, hub_file_ref, load_catalog, model_ref, user_catalog_path
 from localspec.catalog.pair_files import (
     HeaderReport,
     PairCheck,
@@ -26,7 +25,7 @@ from localspec.cli.progress_bar import ProgressBar
 from localspec.gguf.split import split_parts
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
-from localspec.hub.progress import format_bytes
+from localspec.units import format_bytes
 
 
 def run_model_command(args: argparse.Namespace) -> int:
@@ -40,23 +39,24 @@ def run_model_command(args: argparse.Namespace) -> int:
     return _check(config, args)
 
 
-def parse_hub_file(text: str) -> ModelRef:
-    """OWNER/REPO/FILE.gguf (the file may sit in a folder of the repository)."""
-    parts = text.split("/")
-    if len(parts) < 3 or not text.endswith(".gguf") or any(not p for p in parts):
+def _hub_file(text: str) -> ModelRef:
+    ref = hub_file_ref(text)
+    if ref is None:
         raise CatalogError(f"{text!r} is neither a pair id nor OWNER/REPO/FILE.gguf. Run `localspec list` for the pair ids.")
-    return ModelRef(repo="/".join(parts[:2]), file="/".join(parts[2:]))
+    return ref
 
 
-def _model_ref(text: str) -> ModelRef:
-    path = Path(text).expanduser()
-    return ModelRef(path=path) if path.exists() or text.startswith((".", "/", "~")) else parse_hub_file(text)
+def _model(role: str, text: str) -> ModelRef:
+    ref = model_ref(text)
+    if ref is None:
+        raise CatalogError(f"--{role} {text!r} is neither a local .gguf path nor OWNER/REPO/FILE.gguf.")
+    return ref
 
 
 def _pull(config: HubConfig, args: argparse.Namespace) -> int:
     downloader = Downloader(config, on_progress=ProgressBar())
     if "/" in args.name:
-        ref = parse_hub_file(args.name)
+        ref = _hub_file(args.name)
         split_parts(ref.file or "")  # refuses a later part of a split set with a clear message
         paths = downloader.pull(requests_for(ref))
         print(paths[0])
@@ -107,7 +107,7 @@ def _check(config: HubConfig, args: argparse.Namespace) -> int:
         pair: Pair = load_catalog().get(args.pair)
         target, draft = pair.target, pair.draft
     elif args.target and args.draft:
-        target, draft = _model_ref(args.target), _model_ref(args.draft)
+        target, draft = _model("target", args.target), _model("draft", args.draft)
     else:
         raise CatalogError("Give a pair id (`localspec check PAIR`), or both --target and --draft.")
     result = check_pair_headers(config, target, draft)

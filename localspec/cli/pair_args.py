@@ -33,10 +33,18 @@ def resolve_models(args: argparse.Namespace) -> None:
         args.draft_max = defaults.draft_max_for(args.drafter, pair.draft_max if pair else None)
 
 
+def _runs_self_draft(args: argparse.Namespace) -> bool:
+    """Whether this command will load the self-draft: `generate --drafter self`, or a bench sweep that includes it."""
+    if args.command == "bench":
+        return args.drafters is None or "self" in [part.strip() for part in args.drafters.split(",")]
+    return getattr(args, "drafter", None) == "self"
+
+
 def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:
     """Where each model's layers go, from the headers and the memory free now; refuses a pair that cannot fit."""
     draft = args.draft if with_draft else None
-    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, args.draft_gpu_layers)
+    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, args.draft_gpu_layers,
+                     with_self_draft=_runs_self_draft(args), self_draft_layers=getattr(args, "self_layers", None))
 
 
 def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, plan: MemoryPlan | None = None) -> EngineConfig:
@@ -50,4 +58,5 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, p
         n_threads=args.threads,
         self_draft_dir=paths.self_draft_dir(),
         self_draft_layers=getattr(args, "self_layers", None),
+        self_draft_gpu_layers=plan.self_draft_gpu_layers,
     )

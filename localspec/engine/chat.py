@@ -8,6 +8,7 @@ token ids feed both models: the pair check guarantees they mean the same text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +25,11 @@ Role = Literal["system", "user", "assistant"]
 class Message:
     role: Role
     content: str
+
+
+def with_system(system: str | None, messages: Sequence[Message]) -> list[Message]:
+    """The messages a template renders: the system prompt first where there is one (an empty one is left out)."""
+    return ([Message("system", system)] if system else []) + list(messages)
 
 
 def render_chat(model: Model, messages: list[Message]) -> str:

@@ -77,7 +77,8 @@ class Decoder:
         drafter.start(prompt)
         stats.prompt_n = len(prompt)
         stats.prompt_ms = (time.perf_counter_ns() - start) / 1e6
-        drafter.decode_ns = 0
+        models = (target, *drafter.models)
+        decode_ns_before = sum(model.decode_ns for model in models)
 
         last = prompt[-1]
         gen_start = time.perf_counter_ns()
@@ -93,7 +94,7 @@ class Decoder:
                 message = f"The context is full ({target.n_ctx} tokens). Start a new conversation or raise the context size."
                 break
             k = max(0, min(config.draft_max, room, config.max_tokens - stats.predicted_n - 1))
-            draft, verdict, margins = self._step(last, k, config, rng, stats)
+            draft, verdict, margins = self._step(last, k, room, config, rng, stats)
 
             final_source = TokenSource.TARGET if not draft.tokens else (
                 TokenSource.BONUS if verdict.n_accepted == draft.branch_length(verdict.branch) else TokenSource.CORRECTION
@@ -118,17 +119,21 @@ class Decoder:
         if tail:
             yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps)
         stats.predicted_ms = (time.perf_counter_ns() - gen_start) / 1e6
-        stats.t_llama_ms += drafter.decode_ns / 1e6  # the target's share was added step by step
+        stats.t_llama_ms = (sum(model.decode_ns for model in models) - decode_ns_before) / 1e6
         yield Finished(reason, stats, message)
 
     def _step(
-        self, last: int, k: int, config: GenerationConfig, rng: np.random.Generator, stats: GenerationStats
+        self, last: int, k: int, room: int, config: GenerationConfig, rng: np.random.Generator, stats: GenerationStats
     ) -> tuple[Draft, Verdict, np.ndarray | None]:
         """Draft up to k tokens, verify [last, *draft] in one target pass, keep the verdict, roll back the rest."""
         greedy = config.sampling.greedy
         draft_sampling = None if greedy or config.verification == "sample-match" else config.sampling
         t0 = time.perf_counter_ns()
         draft = self.drafter.propose(k, config.draft_p_min, draft_sampling, rng)
+        if draft.n_tokens > room:
+            # A tree's fork takes cells of its own; with too few left, the main chain (at most k <= room) goes alone.
+            # The drafter hears the settled tokens in advance() as always, and drops the fork's speculation then.
+            draft.fork = None
         t1 = time.perf_counter_ns()
         n_past = self.target.n_past
         fork = draft.fork

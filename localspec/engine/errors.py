@@ -6,7 +6,7 @@ and what to do about it, so the CLI and the app can show it as it is.
 
 from __future__ import annotations
 
-from localspec.errors import LocalspecError
+from localspec.errors import LocalspecError, UsageError
 
 
 class EngineError(LocalspecError):
@@ -31,3 +31,7 @@ class PromptTooLongError(EngineError):
 
 class LoadCancelled(EngineError):
     """The user stopped loading a pair; whatever was loaded has been released."""
+
+
+class SamplingSettingsError(EngineError, UsageError):
+    """A sampling value (temperature, top-k, top-p, min-p) out of its range."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,10 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.engine import hardware, llama_log
+from localspec.engine import defaults, hardware, llama_log
 from localspec.engine.errors import EngineError, ModelLoadError
 
 GGUF_MAGIC = b"GGUF"
-DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
 
 _backend_lock = threading.Lock()
@@ -43,7 +43,7 @@ class ModelConfig:
     """How to load one model. `None` means: pick the best default for this machine."""
 
     n_gpu_layers: int | None = None
-    n_ctx: int = DEFAULT_N_CTX
+    n_ctx: int = defaults.N_CTX
     n_batch: int = DEFAULT_N_BATCH
     n_threads: int | None = None
     n_seq: int = 1  # 2 lets a tree draft's two branches share the cache (one unified KV buffer, so no context is lost)
@@ -90,38 +90,61 @@ class Model:
         if not self._model:
             raise ModelLoadError(self._load_failure_message())
 
-        threads = config.resolved_threads()
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_threads = config.resolved_threads()
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
+        self.decode_ns = 0  # time inside llama_decode, for the Python-overhead figure
+        try:
+            self._open_context(config.n_seq)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_context(self, n_seq: int) -> None:
+        """A fresh context (and empty cache) holding `n_seq` sequences; more than one share one unified KV buffer."""
+        config = self.config
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = config.n_ctx
         ctx_params.n_batch = config.n_batch
         ctx_params.n_ubatch = config.n_batch
-        ctx_params.n_seq_max = config.n_seq
-        ctx_params.kv_unified = config.n_seq > 1
-        ctx_params.n_threads = threads
-        ctx_params.n_threads_batch = threads
+        ctx_params.n_seq_max = n_seq
+        ctx_params.kv_unified = n_seq > 1
+        ctx_params.n_threads = self.n_threads
+        ctx_params.n_threads_batch = self.n_threads
         ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
         self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
             errors = "; ".join(llama_log.take_recent_errors()) or "no reason given"
             raise ModelLoadError(
                 f"Could not create a {config.n_ctx}-token context for {self.path.name} ({errors}). "
                 "This is usually a lack of memory: try a smaller context size or fewer GPU layers."
             )
-
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
-        self.n_threads = threads
-        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, config.n_seq)
-        self._pieces: dict[int, bytes] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
+        self.n_seq = n_seq
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
         self.kv_tokens: list[int] = []
         self._branch: list[int] = []  # sequence 1's tokens past the split point, while a tree is being verified
-        self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
+
+    def ensure_sequences(self, n_seq: int) -> None:
+        """Hold at least `n_seq` sequences (a tree draft's second branch), reopening the context if it holds fewer.
+
+        A single sequence is the fast default; the unified cache a second one needs is only made for a
+        drafter that uses it. The weights stay loaded; the cache starts empty (the next prompt refills it).
+        """
+        if n_seq <= self.n_seq:
+            return
+        held = self.n_seq
+        self._close_context()
+        try:
+            self._open_context(n_seq)
+        except ModelLoadError:
+            self._open_context(held)  # the model stays usable as it was; the caller hears why the drafter cannot run
+            raise
 
     def _load_failure_message(self) -> str:
         errors = llama_log.take_recent_errors()
@@ -135,13 +158,16 @@ class Model:
 
     # --- lifetime -----------------------------------------------------------------
 
-    def close(self) -> None:
+    def _close_context(self) -> None:
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
         if getattr(self, "_ctx", None):
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+
+    def close(self) -> None:
+        self._close_context()
         if getattr(self, "_model", None):
             llama_cpp.llama_model_free(self._model)
             self._model = None
@@ -278,8 +304,8 @@ class Model:
         the other's. Returns a row per token, in the order shared, main, branch;
         `settle_tree` then keeps one branch.
         """
-        if self.config.n_seq < 2:
-            raise EngineError(f"{self.role} model was loaded with one sequence; a tree draft needs n_seq=2.")
+        if self.n_seq < 2:
+            raise EngineError(f"{self.role} model holds one sequence; a tree draft needs two (ensure_sequences(2)).")
         llama_cpp.llama_memory_seq_cp(self._memory, 0, 1, -1, -1)
         pos0 = len(self.kv_tokens)
         split = pos0 + len(shared)
@@ -315,7 +341,9 @@ class Model:
                 batch.seq_id[i][j] = seq
             batch.logits[i] = i >= first_output
         batch.n_tokens = n
+        start = time.perf_counter_ns()
         rc = llama_cpp.llama_decode(self._ctx, batch)
+        self.decode_ns += time.perf_counter_ns() - start
         if rc != 0:
             raise EngineError(self._decode_failure_message(rc, n))
         self.n_decoded += n

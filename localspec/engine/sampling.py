@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.engine import defaults
+from localspec.engine.errors import SamplingSettingsError
 
 
 @dataclass(frozen=True)
@@ -31,13 +32,13 @@ class SamplingParams:
 
     def validate(self) -> None:
         if self.temperature < 0:
-            raise ValueError("temperature must be 0 (greedy) or positive")
+            raise SamplingSettingsError(f"temperature must be 0 (greedy) or positive, not {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top-p must be in (0, 1]")
+            raise SamplingSettingsError(f"top-p must be above 0 and at most 1, not {self.top_p}")
         if not 0.0 <= self.min_p < 1.0:
-            raise ValueError("min-p must be in [0, 1)")
+            raise SamplingSettingsError(f"min-p must be at least 0 and below 1, not {self.min_p}")
         if self.top_k < 0:
-            raise ValueError("top-k must be 0 (off) or positive")
+            raise SamplingSettingsError(f"top-k must be 0 (off) or positive, not {self.top_k}")
 
 
 def make_rng(seed: int | None) -> tuple[np.random.Generator, int]:

@@ -28,7 +28,7 @@ class GenerationStats:
     n_acc_tokens_per_pos: list[int] = field(default_factory=list)
     t_draft_ms: float = 0.0
     t_verify_ms: float = 0.0
-    t_llama_ms: float = 0.0  # inside llama_decode, both models: the rest is Python
+    t_llama_ms: float = 0.0  # inside llama_decode, every model the generation used: the rest is Python
     # target verify passes by batch size: {n_tokens: [count, total_ms]}, for cost models
     verify_ms_by_batch: dict[int, list[float]] = field(default_factory=dict)
     # the auto controller's choices: {"ngram K=6": steps, ...}, and the tokens per step it predicted in total
@@ -50,7 +50,6 @@ class GenerationStats:
             self.n_acc_tokens_per_pos[i] += 1
         self.t_draft_ms += draft_ms
         self.t_verify_ms += verify_ms
-        self.t_llama_ms += target_decode_ms
         entry = self.verify_ms_by_batch.setdefault(n_drafted + 1, [0, 0.0])
         entry[0] += 1
         entry[1] += target_decode_ms

@@ -30,8 +30,9 @@ from huggingface_hub.utils import get_session, hf_raise_for_status
 from localspec.hub import cache
 from localspec.hub.config import HubConfig
 from localspec.hub.errors import DownloadCancelled, HashMismatchError, HubError
-from localspec.hub.progress import DownloadProgress, Phase, ProgressCallback, RateMeter, format_bytes
+from localspec.hub.progress import DownloadProgress, Phase, ProgressCallback, RateMeter
 from localspec.hub.remote import RemoteFile, download_headers, offline_error, remote_file, translated_errors
+from localspec.units import format_bytes
 
 CHUNK = 1 << 20
 FREE_SPACE_MARGIN = 100 * 1000 * 1000  # leave room for the cache's small files and the user's own work

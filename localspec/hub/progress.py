@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from localspec.units import format_bytes
+
 
 class Phase(str, Enum):
     CHECKING = "checking"  # asking the hub, or hashing the bytes a previous run left
@@ -54,14 +56,6 @@ class RateMeter:
             self._samples.popleft()
         (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
         return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def format_eta(seconds: float | None) -> str:

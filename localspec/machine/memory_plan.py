@@ -18,18 +18,19 @@ cache lives where the block does.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from localspec.engine.drafters.self_draft import default_layers
 from localspec.engine.model import DEFAULT_N_BATCH, check_gguf_file
 from localspec.errors import LocalspecError
 from localspec.gguf.header import GGUFHeader, TensorInfo, read_local_header
 from localspec.gguf.split import split_parts
 from localspec.gguf.summary import ModelSummary
-from localspec.hub.progress import format_bytes
+from localspec.units import format_bytes
 
 # GPU memory the planner leaves free: a share of what is free, and never less than a floor.
 HEADROOM_SHARE = 0.10
@@ -90,6 +91,10 @@ class ModelFootprint:
     @property
     def total_bytes(self) -> int:
         return self.weight_bytes + self.kv_bytes + self.compute_bytes
+
+    def first_blocks(self, n: int) -> ModelFootprint:
+        """The self-draft cut from this model: its first n blocks, with the same embedding, output layer and compute buffer."""
+        return replace(self, label=f"{self.label} (first {n} blocks)", block_bytes=self.block_bytes[:n], block_kv_bytes=self.block_kv_bytes[:n])
 
     def _first_block_on_gpu(self, gpu_layers: int) -> int:
         return self.n_layer - min(max(gpu_layers - 1, 0), self.n_layer)
@@ -215,11 +220,17 @@ class MemoryPlan:
     target: Placement
     draft: Placement | None
     warnings: tuple[str, ...] = ()
+    self_draft: Placement | None = None  # planned only where the self drafter will run
 
     @property
     def placements(self) -> list[Placement]:
-        """In the order they get the GPU: the draft first."""
-        return ([self.draft] if self.draft is not None else []) + [self.target]
+        """In the order they get the GPU: the draft first, the self-draft last (it takes only what the target leaves)."""
+        return [p for p in (self.draft, self.target, self.self_draft) if p is not None]
+
+    @property
+    def self_draft_gpu_layers(self) -> int:
+        """0 (the CPU) when the plan has no self-draft: a model the plan never counted must not take GPU memory."""
+        return self.self_draft.gpu_layers if self.self_draft is not None else 0
 
     @property
     def gpu_bytes(self) -> int:
@@ -284,8 +295,10 @@ def _place(role: str, model: ModelFootprint, requested: int | None, budget: int,
 
 
 def plan_memory(target: ModelFootprint, draft: ModelFootprint | None, n_ctx: int, memory: DeviceMemory,
-                target_gpu_layers: int | None = None, draft_gpu_layers: int | None = None) -> MemoryPlan:
-    """The draft first, the target with what is left; a count the user gave is kept as given (-1 = all)."""
+                target_gpu_layers: int | None = None, draft_gpu_layers: int | None = None,
+                self_draft: ModelFootprint | None = None) -> MemoryPlan:
+    """The draft first, the target with what is left, then the self-draft (if any) with what the target leaves;
+    a count the user gave is kept as given (-1 = all)."""
     budget = memory.gpu_budget
     warnings = []
     draft_placement = None
@@ -295,7 +308,10 @@ def plan_memory(target: ModelFootprint, draft: ModelFootprint | None, n_ctx: int
         warnings += [warning] if warning else []
     target_placement, warning = _place("target", target, target_gpu_layers, budget, memory)
     warnings += [warning] if warning else []
-    plan = MemoryPlan(n_ctx, memory, target_placement, draft_placement, tuple(warnings))
+    self_draft_placement = None
+    if self_draft is not None:
+        self_draft_placement, _ = _place("self-draft", self_draft, None, budget - target_placement.gpu_bytes, memory)
+    plan = MemoryPlan(n_ctx, memory, target_placement, draft_placement, tuple(warnings), self_draft_placement)
     needed_in_ram = plan.ram_bytes + (plan.gpu_bytes if memory.unified else 0)
     if memory.ram_available is not None and needed_in_ram > memory.ram_available:
         raise PairTooBigError(_too_big_message(plan, needed_in_ram))
@@ -303,10 +319,16 @@ def plan_memory(target: ModelFootprint, draft: ModelFootprint | None, n_ctx: int
 
 
 def plan_pair(target: Path, draft: Path | None, n_ctx: int, memory: DeviceMemory,
-              target_gpu_layers: int | None = None, draft_gpu_layers: int | None = None) -> MemoryPlan:
-    """The plan for two local files, read from their headers only."""
+              target_gpu_layers: int | None = None, draft_gpu_layers: int | None = None,
+              with_self_draft: bool = False, self_draft_layers: int | None = None) -> MemoryPlan:
+    """The plan for two local files, read from their headers only; with the self-draft too where it will run."""
+    target_footprint = read_footprint(target, n_ctx)
     draft_footprint = read_footprint(draft, n_ctx) if draft is not None else None
-    return plan_memory(read_footprint(target, n_ctx), draft_footprint, n_ctx, memory, target_gpu_layers, draft_gpu_layers)
+    self_draft = None
+    if with_self_draft:
+        blocks = self_draft_layers if self_draft_layers is not None else default_layers(target_footprint.n_layer)
+        self_draft = target_footprint.first_blocks(min(blocks, target_footprint.n_layer))
+    return plan_memory(target_footprint, draft_footprint, n_ctx, memory, target_gpu_layers, draft_gpu_layers, self_draft)
 
 
 def _too_big_message(plan: MemoryPlan, needed_in_ram: int) -> str:

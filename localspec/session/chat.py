@@ -18,9 +18,9 @@ from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, StopReason
-from localspec.engine.sampling import SamplingParams
 from localspec.machine.device import OffloadedLayers, backend_name, device_memory, offloaded_layers
 from localspec.machine.memory_plan import MemoryPlan, plan_pair
 from localspec.session.history import History
@@ -49,9 +49,11 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
               on_stage: Callable[[str], None], cancel: threading.Event) -> LoadedPair:
     """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
     on_stage("planning memory")
-    plan = plan_pair(target, draft, settings.n_ctx, device_memory(), settings.target_gpu_layers, settings.draft_gpu_layers)
+    plan = plan_pair(target, draft, settings.n_ctx, device_memory(), settings.target_gpu_layers, settings.draft_gpu_layers,
+                     with_self_draft=settings.drafter == "self", self_draft_layers=settings.self_draft_layers)
     config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads,
-                          self_draft_dir=paths.self_draft_dir(), self_draft_layers=settings.self_draft_layers)
+                          self_draft_dir=paths.self_draft_dir(), self_draft_layers=settings.self_draft_layers,
+                          self_draft_gpu_layers=plan.self_draft_gpu_layers)
     engine = Engine(config, on_stage, cancel)
     try:
         on_stage("timing plain decoding")
@@ -111,8 +113,7 @@ class _Transcript:
 
 
 def generation_config(settings: Settings, draft_max: int) -> GenerationConfig:
-    sampling = SamplingParams(settings.temperature, settings.top_k, settings.top_p, settings.min_p, settings.seed)
-    return GenerationConfig(max_tokens=settings.max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=settings.draft_p_min)
+    return GenerationConfig(max_tokens=settings.max_tokens, sampling=settings.sampling, draft_max=draft_max, draft_p_min=settings.draft_p_min)
 
 
 def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Settings, history: History, message_id: int,
@@ -125,7 +126,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     queue, so drawing never falls behind and never takes CPU the models need.
     """
     engine = loaded.engine
-    drafter = "none" if engine.draft is None and settings.drafter in defaults.DRAFTERS_WITH_DRAFT_MODEL else settings.drafter
+    drafter = "none" if engine.draft is None and registry.DRAFTERS[settings.drafter].needs_draft_model else settings.drafter
     draft_max = settings.draft_max if settings.draft_max is not None else defaults.draft_max_for(drafter, loaded.pair.draft_max)
     if drafter == "none" or draft_max == 0:
         drafter, draft_max = "none", 0

@@ -14,6 +14,9 @@ from typing import Any
 
 from localspec import paths
 from localspec.engine import defaults
+from localspec.engine.drafters import registry
+from localspec.engine.errors import SamplingSettingsError
+from localspec.engine.sampling import SamplingParams
 from localspec.errors import LocalspecError
 
 
@@ -23,7 +26,7 @@ class SettingsError(LocalspecError):
 
 @dataclass(frozen=True)
 class Settings:
-    drafter: str = defaults.DRAFTER
+    drafter: str = registry.DEFAULT
     draft_max: int | None = None  # None: defaults.draft_max_for(drafter, the pair's recommendation)
     draft_p_min: float = defaults.DRAFT_P_MIN
     temperature: float = defaults.TEMPERATURE
@@ -32,7 +35,7 @@ class Settings:
     min_p: float = defaults.MIN_P
     seed: int | None = None
     max_tokens: int = 2048
-    n_ctx: int = 4096
+    n_ctx: int = defaults.N_CTX
     target_gpu_layers: int | None = None  # None: the memory planner decides (localspec.machine.memory_plan)
     draft_gpu_layers: int | None = None
     threads: int | None = None  # None: physical cores
@@ -42,13 +45,9 @@ class Settings:
 
     def validate(self) -> Settings:
         checks = [
-            (self.drafter in defaults.DRAFTERS, f"drafter must be one of {', '.join(defaults.DRAFTERS)}"),
+            (self.drafter in registry.DRAFTERS, f"drafter must be one of {', '.join(registry.DRAFTERS)}"),
             (self.draft_max is None or 0 <= self.draft_max <= 32, "draft-max must be 0 to 32"),
             (0.0 <= self.draft_p_min <= 1.0, "draft p-min must be 0 to 1"),
-            (self.temperature >= 0.0, "temperature must be 0 or more"),
-            (self.top_k >= 0, "top-k must be 0 (off) or more"),
-            (0.0 < self.top_p <= 1.0, "top-p must be above 0 and at most 1"),
-            (0.0 <= self.min_p < 1.0, "min-p must be 0 to below 1"),
             (self.max_tokens >= 1, "max tokens must be 1 or more"),
             (self.n_ctx >= 256, "context size must be 256 or more"),
             (self.threads is None or self.threads >= 1, "threads must be 1 or more"),
@@ -57,7 +56,15 @@ class Settings:
         for ok, message in checks:
             if not ok:
                 raise SettingsError(f"Invalid setting: {message}.")
+        try:
+            self.sampling.validate()  # the engine's own rule, so the two cannot drift apart
+        except SamplingSettingsError as exc:
+            raise SettingsError(f"Invalid setting: {exc}.") from None
         return self
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p, self.seed)
 
     def with_changes(self, **changes: Any) -> Settings:
         return replace(self, **changes).validate()

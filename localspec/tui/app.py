@@ -22,6 +22,7 @@ from textual.widgets import Footer
 from localspec import paths
 from localspec.catalog.models_toml import Catalog, CatalogError, load_catalog, parse_catalog, shipped_catalog_text, user_catalog_path
 from localspec.engine.chat import Message as ChatMessage
+from localspec.engine.chat import with_system
 from localspec.hub.config import HubConfig
 from localspec.session.chat import LoadedPair, conversation_counts
 from localspec.session.history import History, HistoryError
@@ -140,9 +141,7 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         assert self.conversation_id is not None and self.loaded is not None
         conversation = self.history.conversation(self.conversation_id)
         stored = self.history.messages(self.conversation_id)
-        chat = ([ChatMessage("system", conversation.system_prompt)] if conversation.system_prompt else []) + [
-            ChatMessage(msg.role, msg.content) for msg in stored if msg.content or msg.role == "user"
-        ]
+        chat = with_system(conversation.system_prompt, [ChatMessage(msg.role, msg.content) for msg in stored if msg.content or msg.role == "user"])
         counts = conversation_counts([msg.stats for msg in stored if msg.role == "assistant"])
         message_id = self.history.start_answer(self.conversation_id, self.loaded.pair.id, self.settings.generation_dict())
         view = MessageView("assistant", tint=self.settings.tint_accepted, message_id=message_id, status="streaming")

@@ -26,6 +26,7 @@ class PairLoaded(Message):
 class PairLoadFailed(Message):
     pair_id: str
     error: str
+    cancelled: bool = False  # the user stopped it: said as information, not as an error
 
 
 @dataclass

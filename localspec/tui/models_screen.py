@@ -14,10 +14,10 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 from localspec.catalog.models_toml import CatalogError, Pair
 from localspec.catalog.pair_files import PairCheck, download_status, pair_states
 from localspec.catalog.user_pairs import add_user_pair
-from localspec.hub.progress import format_bytes
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.download_dialog import DownloadView
+from localspec.units import format_bytes
 
 
 def describe_check(result: PairCheck) -> Text:

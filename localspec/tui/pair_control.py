@@ -12,7 +12,6 @@ from functools import partial
 from localspec.catalog.models_toml import CatalogError
 from localspec.catalog.pair_files import download_status, local_pair_paths, pair_states
 from localspec.engine.hardware import gpu_offload_supported
-from localspec.hub.progress import format_bytes
 from localspec.machine.device import resident_memory_bytes
 from localspec.session.settings import save_settings
 from localspec.tui import messages as m
@@ -20,6 +19,7 @@ from localspec.tui import workers
 from localspec.tui.device_line import DeviceLine
 from localspec.tui.dialogs import ConfirmDialog
 from localspec.tui.download_dialog import DownloadDialog
+from localspec.units import format_bytes
 
 
 class PairControl:
@@ -87,7 +87,7 @@ class PairControl:
             return
         self.loading_pair, self.load_cancel = None, None
         self.set_device_text(f"{message.pair_id} is not loaded · F2 to pick a pair")
-        self.notify(message.error, severity="error" if "cancelled" not in message.error else "information", timeout=15)
+        self.notify(message.error, severity="information" if message.cancelled else "error", timeout=15)
 
     def set_device_text(self, text: str) -> None:
         """The device line lives on the main screen. A query from the app searches the screen on top, which may be

@@ -11,7 +11,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from localspec.engine.defaults import AUTO_DRAFT_MAX, DRAFTERS
+from localspec.engine.defaults import AUTO_DRAFT_MAX
+from localspec.engine.drafters.registry import DRAFTERS
 from localspec.session.settings import Settings, SettingsError
 
 # (field, label, help) in the order shown; None values mean "automatic"
@@ -59,7 +60,7 @@ class SettingsScreen(ModalScreen["Settings | None"]):
             with VerticalScroll():
                 with Horizontal(classes="field"):
                     yield Label("drafter", classes="field-label")
-                    yield Select([(f"{name}: {what}", name) for name, what in DRAFTERS.items()], value=self.settings.drafter,
+                    yield Select([(f"{d.name}: {d.description}", d.name) for d in DRAFTERS.values()], value=self.settings.drafter,
                                  allow_blank=False, id="drafter")
                 for name, label, help_text in FORM:
                     value = getattr(self.settings, name)

@@ -15,6 +15,7 @@ from textual.message import Message
 from localspec.catalog.models_toml import Pair
 from localspec.catalog.pair_files import check_pair_headers, pull_pair
 from localspec.engine.chat import Message as ChatMessage
+from localspec.engine.errors import LoadCancelled
 from localspec.errors import LocalspecError
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
@@ -30,6 +31,9 @@ Post = Callable[[Message], object]
 def load(post: Post, pair: Pair, target: Path, draft: Path, settings: Settings, cancel: threading.Event) -> None:
     try:
         loaded = load_pair(pair, target, draft, settings, lambda stage: post(m.PairLoadStage(pair.id, stage)), cancel)
+    except LoadCancelled as exc:
+        post(m.PairLoadFailed(pair.id, str(exc), cancelled=True))
+        return
     except LocalspecError as exc:
         post(m.PairLoadFailed(pair.id, str(exc)))
         return

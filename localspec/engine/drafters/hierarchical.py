@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from localspec.engine.drafters.base import Draft
+from localspec.engine.drafters.base import Draft, Drafter, DraftSources
+from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
 from localspec.engine.sampling import SamplingParams
 
@@ -22,6 +23,9 @@ class HierarchicalDrafter(LookupModelDrafter):
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k).tokens
         agreed = lookup[: self.model.agreed_prefix(lookup)]
-        self.decode_ns = self.model.decode_ns
         # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).
         return Draft.deterministic(agreed, sampling)
+
+
+def build(sources: DraftSources) -> Drafter:
+    return HierarchicalDrafter(ModelDrafter(sources.draft_model()))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from localspec.engine.drafters.base import Draft, one_hot
+from localspec.engine.drafters.base import Draft, Drafter, DraftSources, one_hot
+from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
 from localspec.engine.sampling import SamplingParams
 
@@ -24,6 +25,9 @@ class HybridDrafter(LookupModelDrafter):
         if len(lookup) >= k:
             return Draft.deterministic(lookup, sampling)
         continuation = self.model.continue_after(lookup, k - len(lookup), p_min, sampling, rng)
-        self.decode_ns = self.model.decode_ns
         dists = one_hot(lookup) + continuation.dists if sampling is not None else []
         return Draft(lookup + continuation.tokens, dists)
+
+
+def build(sources: DraftSources) -> Drafter:
+    return HybridDrafter(ModelDrafter(sources.draft_model()))

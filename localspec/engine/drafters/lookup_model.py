@@ -8,27 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.engine.drafters.base import ModelDrafter
+from localspec.engine.drafters.base import Drafter
+from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
-from localspec.engine.stats import GenerationStats
 
 
-class LookupModelDrafter:
-    name = "lookup+model"
-
+class LookupModelDrafter(Drafter):
     def __init__(self, model: ModelDrafter, ngram: NgramDrafter | None = None) -> None:
         self.model = model
+        self.models = model.models
         self.ngram = ngram or NgramDrafter()
-        self.decode_ns = 0
 
     def start(self, prompt: Sequence[int]) -> None:
         self.ngram.start(prompt)
         self.model.start(prompt)
-        self.model.decode_ns = 0
 
     def advance(self, tokens: Sequence[int]) -> None:
         self.ngram.advance(tokens)
         self.model.advance(tokens)
-
-    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
-        pass

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.engine.drafters.base import Draft
+from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.sampling import SamplingParams
-from localspec.engine.stats import GenerationStats
 
 NGRAM_MIN = 2
 NGRAM_MAX = 4
@@ -35,14 +34,13 @@ class Lookup:
     match_length: int = 0  # tokens before the cursor that agree with the text before the copied run
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     name = "ngram"
 
     def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("n-gram sizes need 1 <= n_min <= n_max")
         self.n_min, self.n_max = n_min, n_max
-        self.decode_ns = 0
         self._tokens: list[int] = []
         self._ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> every index where it ends, oldest first
 
@@ -86,5 +84,6 @@ class NgramDrafter:
     def advance(self, tokens: Sequence[int]) -> None:
         self._extend(tokens)
 
-    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
-        pass
+
+def build(sources: DraftSources) -> Drafter:
+    return NgramDrafter()

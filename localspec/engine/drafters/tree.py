@@ -15,24 +15,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.engine.drafters.base import Draft, Fork, ModelDrafter
+from localspec.engine.drafters.base import Draft, Drafter, DraftSources, Fork
+from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.sampling import SamplingParams, top_two
-from localspec.engine.stats import GenerationStats
 
 P_SPLIT = 0.1  # llama.cpp's default --p-split
 
 
-class TreeDrafter:
+class TreeDrafter(Drafter):
     name = "tree"
 
     def __init__(self, model: ModelDrafter, p_split: float = P_SPLIT) -> None:
         self.model = model
+        self.models = model.models
         self.p_split = p_split
-        self.decode_ns = 0
 
     def start(self, prompt: Sequence[int]) -> None:
         self.model.start(prompt)
-        self.model.decode_ns = 0
 
     def _chain(self, start: np.ndarray | int, k: int, p_min: float) -> tuple[list[int], tuple[int, int] | None]:
         """Up to k greedy tokens from the logits `start` (or from a given first token), and the first place worth forking."""
@@ -67,7 +66,6 @@ class TreeDrafter:
             self.model.rewind(keep=at)  # back to the split point; the fork is drafted from there
             branch, _ = self._chain(token, k - at, p_min)
             fork = Fork(at, branch)
-        self.decode_ns = self.model.decode_ns
         # Both branches are deterministic candidates: at temperature > 0 the target samples its own token and
         # the branch holding it goes on, so every token still comes from p (q is one-hot).
         return Draft.deterministic(main, sampling, fork)
@@ -75,5 +73,6 @@ class TreeDrafter:
     def advance(self, tokens: Sequence[int]) -> None:
         self.model.advance(tokens)
 
-    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
-        pass
+
+def build(sources: DraftSources) -> Drafter:
+    return TreeDrafter(ModelDrafter(sources.draft_model()))

@@ -22,14 +22,18 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from localspec.engine.drafters.base import Draft, Drafter, ModelDrafter
+from localspec.engine.drafters.base import Draft, Drafter, DraftSources
+from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, NgramDrafter
-from localspec.engine.model import Model
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
+
+if TYPE_CHECKING:  # annotations only
+    from localspec.engine.model import Model
 
 DECAY = 0.97  # per observation: the last ~30 steps weigh most
 EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losing...
@@ -48,7 +52,7 @@ def match_class(match_length: int) -> int:
 
 @dataclass
 class CostTable:
-    """Milliseconds the target takes to verify a batch of n tokens, and the draft model per drafted token."""
+    """Milliseconds the target takes to verify a batch of n tokens, and the draft model per one-token draft step."""
 
     verify_ms: dict[int, float] = field(default_factory=dict)
     draft_ms_per_token: float | None = None
@@ -99,6 +103,11 @@ class CostTable:
             return
         old = self.draft_ms_per_token
         self.draft_ms_per_token = ms_per_token if old is None else DECAY * old + (1 - DECAY) * ms_per_token
+
+    def draft_batch(self, n: int) -> float:
+        """The draft's cost for a batch of n tokens (a catch-up): its one-token cost, scaled as the target's batches scale."""
+        assert self.draft_ms_per_token is not None
+        return self.draft_ms_per_token * self.verify(n) / self.verify(1)
 
 
 def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 3) -> CostTable:
@@ -190,7 +199,7 @@ class ShadowRun:
         return False
 
 
-class AutoDrafter:
+class AutoDrafter(Drafter):
     """Chooses, each step, between plain decoding, prompt lookup and the draft model, and how far to draft."""
 
     name = "auto"
@@ -198,8 +207,8 @@ class AutoDrafter:
     def __init__(self, costs: CostTable, model: ModelDrafter | None = None, ngram: NgramDrafter | None = None) -> None:
         self.costs = costs
         self.model = model
+        self.models = model.models if model is not None else ()
         self.ngram = ngram or NgramDrafter()
-        self.decode_ns = 0
         self.acceptance: dict[str, AcceptanceModel] = {
             self._lookup_key(bound): AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()
         }
@@ -220,7 +229,6 @@ class AutoDrafter:
     def start(self, prompt: Sequence[int]) -> None:
         for drafter in self._drafters():
             drafter.start(prompt)
-            drafter.decode_ns = 0  # the prompt is the decoder's to time, as for any drafter
         self._shadows = []
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
@@ -235,11 +243,11 @@ class AutoDrafter:
         model_tries: list[tuple[Decision, float]] = []  # each with the rate it would reach if all were accepted
         if self.model is not None and self.costs.draft_ms_per_token is not None:
             model_acceptance = self.acceptance[self.model.name]
-            # The draft first catches up on the text it skipped, in one batch (as cheap per token as the target's batches).
-            batching = self.costs.verify(16) / (16 * self.costs.verify(1))
-            catch_up = self.model.pending_tokens * self.costs.draft_ms_per_token * batching
+            # The draft first decodes the accepted text it has not seen, in one batch that also gives its first token
+            # (after a drafting step, just the target's own token); each further token is a one-token step.
+            catch_up = self.costs.draft_batch(max(1, self.model.pending_tokens))
             for k in range(1, min(k_cap, MODEL_K_MAX) + 1):
-                cost = catch_up + k * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
+                cost = catch_up + (k - 1) * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
                 tokens = 1 + model_acceptance.expected_accepted(k)
                 options.append((Decision(self.model.name, k, tokens), tokens / cost))
                 model_tries.append((Decision(self.model.name, k, tokens), (k + 1) / cost))
@@ -265,15 +273,16 @@ class AutoDrafter:
         self.last_decision = decision
         self._model_drafted = 0
         if self.model is not None and decision.drafter == self.model.name:
-            start = time.perf_counter_ns()
+            steps, step_ns = self.model.steps_decoded, self.model.step_ns
             draft = self.model.propose(decision.k, p_min, sampling, rng)
-            if draft.tokens:
-                self.costs.observe_draft((time.perf_counter_ns() - start) / 1e6 / len(draft.tokens))
+            # Only the one-token steps teach the per-token cost: the catch-up batch (the whole prompt, the first
+            # time) is priced by draft_batch, and counting it here too would charge it twice.
+            if self.model.steps_decoded > steps:
+                self.costs.observe_draft((self.model.step_ns - step_ns) / 1e6 / (self.model.steps_decoded - steps))
             self._model_drafted = len(draft.tokens)
         else:
             tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
             draft = Draft.deterministic(tokens, sampling)
-        self.decode_ns = sum(d.decode_ns for d in self._drafters())
         return draft
 
     def advance(self, tokens: Sequence[int]) -> None:
@@ -295,3 +304,10 @@ class AutoDrafter:
         self.costs.observe_verify(n_verified, verify_ms)
         decision = self.last_decision
         stats.record_decision("none" if decision.k == 0 else f"{decision.drafter} K={decision.k}", decision.predicted_tokens)
+
+
+def build(sources: DraftSources) -> Drafter:
+    # The costs are timed here, on first use: a few target passes. The draft model reads the prompt only if auto
+    # picks it: on a machine where it never pays, the first token does not wait for a draft prefill.
+    model = ModelDrafter(sources.draft, lazy_start=True) if sources.draft is not None else None
+    return AutoDrafter(calibrate(sources.target, sources.draft), model)

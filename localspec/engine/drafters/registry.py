@@ -1,0 +1,60 @@
+"""Every drafter, by the one name the command line, the settings, the statistics and the bench use.
+
+Adding a drafter is one row here and a module with a `build(sources)` function;
+the command line's choices, the app's settings list, the bench's sweep and the
+engine all read this table (a test checks the README's list against it).
+
+Rows name their module instead of importing it: the command line reads this
+table for its help, and importing the drafters would load numpy and llama.cpp first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from localspec.engine.errors import EngineError
+
+if TYPE_CHECKING:  # annotations only (see the module's docstring)
+    from localspec.engine.drafters.base import Drafter, DraftSources
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    name: str
+    description: str
+    needs_draft_model: bool
+    module: str  # under localspec.engine.drafters, holding `build(sources) -> Drafter`
+    builder: str = "build"
+    target_sequences: int = 1  # sequences the target's cache must hold (a tree verifies two branches side by side)
+
+    def build(self, sources: DraftSources) -> Drafter:
+        drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
+        return drafter
+
+
+_SPECS = (
+    DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
+                False, "auto.controller"),
+    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model"),
+    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram"),
+    DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
+    DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
+                True, "hierarchical"),
+    DrafterSpec("tree", "the draft model forks at an unsure token; both branches are verified in one target pass", True, "tree",
+                target_sequences=2),
+    DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
+                "draft_model", "build_self"),
+    DrafterSpec("none", "plain decoding", False, "base", "build_none"),
+)
+DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
+DEFAULT = "auto"
+NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
+
+
+def spec(name: str) -> DrafterSpec:
+    """The row for `name`; a clear error for a name that is none of them."""
+    if name not in DRAFTERS:
+        raise EngineError(f"Unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}.")
+    return DRAFTERS[name]

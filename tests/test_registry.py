@@ -1,0 +1,75 @@
+"""One table of drafters: every front door and the README read it, and each row builds the drafter it names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from localspec.bench.runner import BENCH_DRAFTERS, parse_drafters
+from localspec.cli.main import build_parser
+from localspec.engine.drafters.registry import DEFAULT, DRAFTERS, spec
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.errors import EngineError
+from localspec.errors import UsageError
+from localspec.session.settings import Settings, SettingsError
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_command_line_offers_exactly_the_registry():
+    generate = build_parser()._subparsers._group_actions[0].choices["generate"]  # type: ignore[union-attr]
+    drafter = next(action for action in generate._actions if action.dest == "drafter")
+    assert list(drafter.choices) == list(DRAFTERS) and drafter.default == DEFAULT
+    for row in DRAFTERS.values():
+        assert row.description in drafter.help
+
+
+def test_the_settings_accept_every_registered_drafter_and_no_other():
+    for name in DRAFTERS:
+        assert Settings().with_changes(drafter=name).drafter == name
+    with pytest.raises(SettingsError, match="drafter must be one of auto, model"):
+        Settings().with_changes(drafter="draft-model")
+
+
+def test_the_bench_sweeps_every_fixed_drafter():
+    assert set(BENCH_DRAFTERS) == set(DRAFTERS) - {"auto", "none"}
+    without_draft = parse_drafters(None, have_draft_model=False)
+    assert without_draft == [name for name in BENCH_DRAFTERS if not DRAFTERS[name].needs_draft_model]
+    with pytest.raises(UsageError, match="tree need a draft model"):
+        parse_drafters("ngram,tree", have_draft_model=False)
+
+
+def test_the_readme_lists_the_registry_in_order():
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("and `--drafter`:") : text.index("- `none`")] + "- `none`"
+    assert re.findall(r"^- `([a-z]+)`", section, flags=re.MULTILINE) == list(DRAFTERS)
+
+
+def test_unknown_names_are_a_clear_error():
+    with pytest.raises(EngineError, match="Unknown drafter 'draft-model': choose one of auto, model, ngram"):
+        spec("draft-model")
+
+
+def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where_it_says(tiny, tmp_path):
+    with Engine(EngineConfig(tiny["target"], tiny["same"], self_draft_dir=tmp_path)) as paired:
+        for name in DRAFTERS:
+            assert paired.decoder(name).drafter.name == name
+    with Engine(EngineConfig(tiny["target"], None, self_draft_dir=tmp_path)) as alone:
+        for name, row in DRAFTERS.items():
+            if row.needs_draft_model:
+                with pytest.raises(EngineError, match="need a draft model"):
+                    alone.decoder(name)
+            else:
+                assert alone.decoder(name).drafter.name == name
+
+
+def test_the_target_holds_a_second_sequence_only_once_the_tree_is_used(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        for name in DRAFTERS:
+            if name != "tree" and name != "self":
+                engine.decoder(name)
+        assert engine.target.n_seq == 1
+        engine.decoder("tree")
+        assert engine.target.n_seq == 2
