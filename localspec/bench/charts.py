@@ -16,7 +16,7 @@ ACCEPTANCE_CHART = "bench-acceptance.png"
 
 
 def save_charts(result: BenchResult, directory: Path) -> list[Path]:
-    import matplotlib
+    import matplotlib  # only with --charts: a bench without charts does not pay for matplotlib's import
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
@@ -54,7 +54,7 @@ def save_charts(result: BenchResult, directory: Path) -> list[Path]:
 
 def _finish(figure: Any, axes: Any, path: Path) -> Path:
     """Legend, grid, and the PNG written; the figure is closed so a long bench does not hold every chart."""
-    from matplotlib import pyplot as plt
+    from matplotlib import pyplot as plt  # already imported by save_charts, which selected the backend first
 
     axes.legend()
     axes.grid(alpha=0.3)

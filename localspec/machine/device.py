@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import llama_cpp
+
 from localspec.engine.hardware import gpu_offload_supported, physical_core_count
 from localspec.machine.ggml_devices import BackendDevice, backend_devices
 from localspec.machine.memory_plan import DeviceMemory
@@ -34,8 +36,6 @@ class OffloadedLayers:
 
 def llama_system_info() -> str:
     """llama.cpp's own account of its build: CPU features, and the GPU backends compiled in."""
-    import llama_cpp
-
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip().rstrip("|").strip()
 
 
