@@ -193,14 +193,26 @@ def test_a_killed_app_keeps_the_prompt_and_the_streamed_text(tmp_path):
 def test_history_schema_is_versioned(tmp_path):
     import sqlite3
 
-    path = tmp_path / "h.sqlite3"
-    History(path).close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
-    sqlite3.connect(path).execute("PRAGMA user_version = 99")
-    from localspec.session.history import HistoryError
+    from localspec.session.history import MIGRATIONS
 
-    with pytest.raises(HistoryError, match="written by a newer localspec"):
-        History(path)
+    path = tmp_path / "h.sqlite3"
+    version_1 = sqlite3.connect(path)  # a history written by the first schema, with an answer in it
+    version_1.executescript(f"BEGIN; {MIGRATIONS[0]}; PRAGMA user_version = 1; COMMIT;")
+    version_1.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES ('old', 0, 0)")
+    version_1.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'kept', 0)")
+    version_1.commit()
+    version_1.close()
+    upgraded = History(path)
+    assert [m.content for m in upgraded.messages(1)] == ["kept"] and upgraded.saving
+    upgraded.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 2
+    sqlite3.connect(path).execute("PRAGMA user_version = 99")
+
+    newer = History(path)  # refused, never damaged: the session runs in memory and says why
+    assert not newer.saving and "written by a newer localspec" in (newer.open_problem or "")
+    newer.create("this session")
+    newer.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 99
 
 
 @run_async
@@ -425,3 +437,24 @@ def test_a_cancelled_load_is_told_apart_by_its_error_type_not_its_wording(tmp_pa
     workers.load(posted.append, pair, tiny["target"], tmp_path / "cancelled.gguf", Settings(), threading.Event())
     failed = [p for p in posted if isinstance(p, m.PairLoadFailed)]
     assert len(failed) == 1 and not failed[0].cancelled and "cancelled.gguf" in failed[0].error  # a word in a path is not a cancel
+
+
+@run_async
+async def test_storage_that_stops_taking_writes_mid_chat_loses_nothing(setup: Setup, tiny):
+    """A full disk or a read-only folder once killed the app at the next prompt (and the prompt was gone), and a config
+    folder that refused the settings killed it as the pair loaded."""
+    setup.write(local_pair("tiny", tiny["target"], tiny["same"]), last_pair="tiny", max_tokens=12)
+    setup.settings.with_suffix(".json.tmp").mkdir()  # the settings can be read but no longer saved (even by root)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        assert any("settings could not be saved" in n.message for n in app._notifications)
+        first = await ask(pilot, app, "hello there")
+        app.history._db.execute("PRAGMA query_only = ON")  # from now on the file refuses every write
+        second = await ask(pilot, app, "the quick brown fox")
+        await wait_for(pilot, lambda: any("Nothing is lost" in n.message for n in app._notifications))
+        assert not app.history.saving and second.status == "complete" and second.text
+        assert [v.text for v in answers(app)] == [first.text, second.text]  # both answers on screen
+        assert app.query_one("#prompt").text == ""  # the prompt went into the conversation
+    stored = History(setup.history)  # the app's last try at closing wrote the session back
+    assert [m.content for m in stored.messages(stored.conversations()[0].id)][-2:] == ["the quick brown fox", second.text]

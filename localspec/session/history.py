@@ -3,8 +3,9 @@
 An answer is written as it streams: the row is created when generation starts
 (status "streaming"), its text is saved every so often, and it is closed with its
 statistics when generation ends. If the app is killed mid-answer, the next start
-finds the row still "streaming" and marks it "interrupted": the prompt and every
-word streamed so far are there.
+finds the row still "streaming", its writer gone, and marks it "interrupted": the
+prompt and every word streamed so far are there. (A row whose writer still runs,
+another localspec on the same history, is left streaming.)
 
 The schema version lives in SQLite's `user_version`; each migration upgrades
 one step, so an old database opens in a new localspec, and a database from a
@@ -14,9 +15,11 @@ newer localspec is refused instead of damaged.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,12 @@ MIGRATIONS = [
     );
     CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
     """,
+    # version 2: the process writing a streaming answer, so another localspec starting up leaves it alone
+    """
+    ALTER TABLE messages ADD COLUMN owner_pid INTEGER;
+    """,
 ]
+RETRY_S = 30.0  # while the history is in memory, how often saving to disk is tried again
 
 
 class HistoryError(LocalspecError):
@@ -76,36 +84,146 @@ class StoredMessage:
 
 
 class History:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()  # one connection, shared by the UI thread and the generation worker
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA foreign_keys = ON")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._migrate()
-            self._db.execute("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
-        except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"The chat history at {path} cannot be opened ({exc}). Move the file aside to start a new one; it is not deleted.") from exc
+    """The conversations, on disk while the disk takes writes, in memory (and said) while it does not.
 
-    def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+    A write that fails (disk full, a read-only file or folder) moves the whole history into memory and the
+    app goes on: every chat stays on screen and in the conversation list. Every RETRY_S the memory copy is
+    written back whole (SQLite's backup, one transaction); once that works, saving resumes where it stopped.
+    A second localspec writing the same file meanwhile would lose its changes to that write-back.
+    """
+
+    def __init__(self, path: Path, on_notice: Callable[[str], None] | None = None, retry_s: float = RETRY_S) -> None:
+        self.path = path
+        self._notice = on_notice or (lambda _text: None)
+        self._retry_s = retry_s
+        self._retry_at = 0.0
+        self._lock = threading.Lock()  # one connection, shared by the UI thread and the generation worker
+        self.saving = True  # False while the history lives in memory only
+        # Only a copy of what the file held may later replace it: never a blank start over a damaged or newer file.
+        self._copy_of_file = True
+        self.open_problem: str | None = None  # why the file could not be used at start, for the app to say
+        try:
+            self._db = self._connect_disk()
+            self._migrate(self._db)
+            self._mark_orphans_interrupted()
+        except (sqlite3.Error, OSError, HistoryError) as exc:
+            self._db, self.open_problem = self._memory_copy(exc)
+            self.saving = False
+            self._retry_at = time.monotonic() + self._retry_s
+
+    def _connect_disk(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA foreign_keys = ON")
+            db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > len(MIGRATIONS):
             raise HistoryError(f"The chat history at {self.path} was written by a newer localspec (schema {version}). Upgrade localspec to open it.")
         for number in range(version, len(MIGRATIONS)):
-            self._db.executescript(f"BEGIN; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;")
+            db.executescript(f"BEGIN; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;")
+
+    def _mark_orphans_interrupted(self) -> None:
+        """An answer still 'streaming' whose process is gone was cut by a crash; one a live localspec is writing is left alone."""
+        for message_id, owner in self._db.execute("SELECT id, owner_pid FROM messages WHERE status = 'streaming'").fetchall():
+            if owner is None or not _process_alive(owner):
+                self._db.execute("UPDATE messages SET status = 'interrupted' WHERE id = ?", (message_id,))
+
+    def _memory_copy(self, reason: BaseException) -> tuple[sqlite3.Connection, str]:
+        """An in-memory history holding what the file holds (read-only if need be), and the words that say what happened.
+        Where the file could not be read (damaged, or a newer schema), the session starts empty and is never written back."""
+        memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        memory.execute("PRAGMA foreign_keys = ON")
+        folder = self.path.parent
+        copied = False
+        if isinstance(reason, HistoryError):  # a newer schema: not read, so it cannot be damaged
+            problem = str(reason)
+        else:
+            try:
+                # immutable: a folder that refuses new files cannot hold the -shm file a WAL database wants for reading
+                source = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+                try:
+                    source.backup(memory)
+                    copied = True
+                finally:
+                    source.close()
+            except (sqlite3.Error, OSError, ValueError):
+                pass
+            if copied:
+                problem = (f"The chat history at {self.path} can be read but not written ({_reason(reason)}). Your chats are shown; "
+                           f"this session's are kept in memory and saved there as soon as it can be written: check the free space "
+                           f"and the permissions of {folder}.")
+            else:
+                problem = (f"The chat history at {self.path} cannot be opened ({_reason(reason)}). This session is kept in memory "
+                           f"only. If the disk and the permissions of {folder} are fine, the file may be damaged: move it aside "
+                           "(localspec never deletes it) and a new one is started.")
+        try:
+            self._migrate(memory)
+        except HistoryError:
+            memory.close()
+            memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)  # a newer schema: start empty
+            self._migrate(memory)
+            copied = False
+        self._copy_of_file = copied
+        return memory, problem
+
+    def _fall_back_to_memory(self, reason: sqlite3.Error) -> None:
+        memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self._db.backup(memory)  # reading still works where writing does not
+        memory.execute("PRAGMA foreign_keys = ON")
+        self._db.close()
+        self._db = memory
+        self.saving = False
+        self._retry_at = time.monotonic() + self._retry_s
+        self._notice(f"Saving to the chat history at {self.path} failed ({_reason(reason)}). Nothing is lost: localspec goes on, "
+                     f"keeping this session in memory, and saves it as soon as the disk takes writes again (check its free space "
+                     f"and the permissions of {self.path.parent}).")
+
+    def _try_saving_again(self) -> None:
+        """Write the memory copy back over the file, whole; on success the file is the history again."""
+        self._retry_at = time.monotonic() + self._retry_s
+        try:
+            disk = self._connect_disk()
+        except (sqlite3.Error, OSError):
+            return
+        try:
+            self._db.backup(disk)
+        except sqlite3.Error:
+            disk.close()
+            return
+        self._db.close()
+        self._db = disk
+        self.saving = True
+        self.open_problem = None
+        self._notice(f"The chat history is saved again to {self.path}, this session included.")
 
     def close(self) -> None:
         with self._lock:
+            if not self.saving and self._copy_of_file:
+                self._try_saving_again()  # a last try, so a disk freed meanwhile gets the session
             self._db.close()
 
     def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
+            if not self.saving and self._copy_of_file and time.monotonic() >= self._retry_at:
+                self._try_saving_again()
             try:
                 return self._db.execute(sql, params)
             except sqlite3.Error as exc:
-                raise HistoryError(f"Saving to the chat history at {self.path} failed ({exc}). Check the disk; nothing was deleted.") from exc
+                if not self.saving:
+                    raise HistoryError(f"The chat history failed even in memory ({exc}).") from exc
+                try:
+                    self._fall_back_to_memory(exc)
+                except sqlite3.Error as copy_failed:
+                    raise HistoryError(f"The chat history at {self.path} failed ({exc}) and could not be read back "
+                                       f"({copy_failed}). Check the disk; nothing was deleted.") from exc
+                return self._db.execute(sql, params)
 
     # --- conversations ---------------------------------------------------------------------------
 
@@ -158,9 +276,9 @@ class History:
 
     def start_answer(self, conversation_id: int, pair_id: str, settings: dict[str, Any]) -> int:
         cursor = self._run(
-            "INSERT INTO messages (conversation_id, role, content, status, pair_id, settings, created_at) "
-            "VALUES (?, 'assistant', '', 'streaming', ?, ?, ?)",
-            (conversation_id, pair_id, json.dumps(settings), time.time()),
+            "INSERT INTO messages (conversation_id, role, content, status, pair_id, settings, created_at, owner_pid) "
+            "VALUES (?, 'assistant', '', 'streaming', ?, ?, ?, ?)",
+            (conversation_id, pair_id, json.dumps(settings), time.time(), os.getpid()),
         )
         self._touch(conversation_id)
         return int(cursor.lastrowid or 0)
@@ -174,3 +292,21 @@ class History:
 
     def delete_message(self, message_id: int) -> None:
         self._run("DELETE FROM messages WHERE id = ?", (message_id,))
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (another localspec streaming an answer). Our own pid is a dead process's: we have
+    started no answer yet. Where signals cannot probe (Windows), every owner counts as gone, as before owners were kept."""
+    if pid == os.getpid() or os.name != "posix":
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

@@ -1,12 +1,14 @@
 """The user's settings: what the app's settings screen edits, saved as JSON in the config directory.
 
-A settings file that cannot be read is never overwritten: it is moved aside
-(`settings.json.bad`), the defaults are used, and the caller is told, so what
-the user saved is not lost.
+A bad value costs only its own field: every valid setting is kept, the caller is
+told which were dropped, and a file that is not JSON at all is copied aside
+(`settings.json.bad`) before anything could overwrite it. A settings file that
+cannot be written is said, and the settings still apply for the session.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -79,23 +81,59 @@ def settings_path() -> Path:
 
 
 def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
-    """The saved settings, or the defaults and a note saying why the file was set aside."""
+    """The saved settings, and a note when some could not be used.
+
+    Each field is checked on its own: one bad value (a hand edit, a newer localspec) costs that field, not the
+    rest; the last pair, the drafter and everything valid are kept. The file itself is left as it is (the next
+    save rewrites it with the good fields); where it cannot be read at all, a copy is kept beside it.
+    """
     path = path or settings_path()
-    if not path.exists():
-        return Settings(), None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        known = {f.name for f in fields(Settings)}
-        return Settings(**{k: v for k, v in data.items() if k in known}).validate(), None
-    except (OSError, ValueError, TypeError, SettingsError) as exc:
-        aside = path.with_suffix(".json.bad")
-        path.replace(aside)
-        return Settings(), f"{path} could not be used ({exc}); it was moved to {aside} and the defaults apply."
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings(), None
+    except (OSError, UnicodeDecodeError) as exc:
+        return Settings(), f"{path} could not be read ({exc}); the defaults apply for now."
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+    except ValueError as exc:
+        return Settings(), f"{path} is not valid JSON ({exc}); the defaults apply.{_keep_copy(path, text)}"
+    settings, bad = Settings(), []
+    known = {f.name for f in fields(Settings)}
+    for name, value in data.items():
+        if name not in known:
+            continue  # a setting of another localspec version: ignored, and dropped at the next save
+        try:
+            settings = settings.with_changes(**{name: value})
+        except (SettingsError, TypeError) as exc:
+            bad.append(f"{name} = {json.dumps(value)} ({str(exc).removeprefix('Invalid setting: ').rstrip('.')})")
+    if not bad:
+        return settings, None
+    return settings, f"In {path}, these settings were invalid and the defaults replace them: {'; '.join(bad)}. Every other setting was kept."
+
+
+def _keep_copy(path: Path, text: str) -> str:
+    """Keep what the user saved beside the file, so the next save cannot lose it; the note's tail says where."""
+    aside = path.with_suffix(".json.bad")
+    try:
+        aside.write_text(text, encoding="utf-8")
+    except OSError:
+        return ""
+    return f" Its text is kept in {aside}."
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> None:
+    """Write atomically (a crash mid-write never leaves half a file); a clear SettingsError where it cannot be written."""
     path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
-    temporary.replace(path)  # atomic: a crash mid-write never leaves half a file
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
+        temporary.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a half-written temporary file, where there is one
+            temporary.unlink(missing_ok=True)
+        raise SettingsError(f"The settings could not be saved to {path} ({exc.strerror or exc}). They apply until localspec "
+                            "closes; check the disk's free space and the folder's permissions.") from exc

@@ -26,7 +26,7 @@ from localspec.engine.chat import with_system
 from localspec.hub.config import HubConfig
 from localspec.session.chat import LoadedPair, conversation_counts
 from localspec.session.history import History, HistoryError
-from localspec.session.settings import Settings, load_settings, save_settings
+from localspec.session.settings import Settings, SettingsError, load_settings, save_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.conversation_control import ConversationControl
@@ -70,6 +70,7 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         self.settings_path = settings_path
         self.catalog_file = catalog_file or user_catalog_path()
         self.settings = Settings()
+        self.settings_unsaved = False  # the last save failed (said once, until a save works again)
         self.catalog: Catalog = parse_catalog(shipped_catalog_text(), "models.toml (shipped with localspec)")
         self.history: History  # opened on mount
         self.loaded: LoadedPair | None = None
@@ -99,11 +100,10 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         if note:
             self.notify(note, severity="warning", timeout=10)
         self.reload_catalog()
-        try:
-            self.history = History(self.history_path)
-        except HistoryError as exc:
-            self.notify(f"{exc} This session is not saved.", severity="error", timeout=15)
-            self.history = History(Path(":memory:"))
+        # The history says when saving stops and starts again; it may say so from the answer's worker thread.
+        self.history = History(self.history_path, on_notice=lambda text: self.post_message(m.StorageNotice(text)))
+        if self.history.open_problem:
+            self.notify(self.history.open_problem, severity="error", timeout=30)
         conversations = self.history.conversations()
         self.show_conversation(conversations[0].id if conversations else self.history.create().id)
         if self.size.width < 100:
@@ -128,12 +128,16 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
             self.notify("No pair is loaded yet" + (f" ({self.loading_pair} is loading)." if self.loading_pair else ": pick one with F2."), severity="warning")
             return
         assert self.conversation_id is not None
-        self.query_one(PromptInput).clear()
-        message_id = self.history.add_user_message(self.conversation_id, event.text)
-        conversation = self.history.conversation(self.conversation_id)
-        if conversation.title == "New chat":
-            self.history.rename(self.conversation_id, event.text.splitlines()[0][:40])
-            self.refresh_sidebar()
+        try:
+            message_id = self.history.add_user_message(self.conversation_id, event.text)
+            conversation = self.history.conversation(self.conversation_id)
+            if conversation.title == "New chat":
+                self.history.rename(self.conversation_id, event.text.splitlines()[0][:40])
+                self.refresh_sidebar()
+        except HistoryError as exc:
+            self.notify(f"{exc} Your prompt is still in the box.", severity="error", timeout=15)
+            return
+        self.query_one(PromptInput).clear()  # only once the prompt is kept in the conversation
         await self.query_one("#messages", VerticalScroll).mount(MessageView("user", event.text, message_id=message_id))
         await self.start_answer()
 
@@ -186,6 +190,9 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         self.query_one("#messages", VerticalScroll).scroll_end(animate=False)
         self.streaming, self.answer_cancel = None, None  # last: "not streaming" means the view is final
 
+    def on_storage_notice(self, message: m.StorageNotice) -> None:
+        self.notify(message.text, severity="information" if self.history.saving else "error", timeout=20)
+
     def on_answer_failed(self, message: m.AnswerFailed) -> None:
         if self.streaming is not None and self.streaming.message_id == message.message_id:
             self.streaming.set_status("error")
@@ -217,9 +224,21 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
             await views[-1].remove()
         await self.start_answer()
 
+    def change_settings(self, settings: Settings) -> bool:
+        """Apply `settings` now and save them; where they cannot be saved, say so once and go on with them."""
+        self.settings = settings
+        try:
+            save_settings(settings, self.settings_path)
+        except SettingsError as exc:
+            if not self.settings_unsaved:
+                self.notify(str(exc), severity="warning", timeout=15)
+            self.settings_unsaved = True
+            return False
+        self.settings_unsaved = False
+        return True
+
     def action_toggle_tint(self) -> None:
-        self.settings = self.settings.with_changes(tint_accepted=not self.settings.tint_accepted)
-        save_settings(self.settings, self.settings_path)
+        self.change_settings(self.settings.with_changes(tint_accepted=not self.settings.tint_accepted))
         for view in self.query(MessageView):
             view.set_tint(self.settings.tint_accepted)
         self.notify("Accepted draft tokens tinted." if self.settings.tint_accepted else "Tint off: Markdown view.", timeout=2)
@@ -255,9 +274,8 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
             if settings is None:
                 return
             reload = any(getattr(settings, name) != getattr(self.settings, name) for name in LOAD_SETTINGS)
-            self.settings = settings
-            save_settings(settings, self.settings_path)
-            self.notify("Settings saved.", timeout=2)
+            if self.change_settings(settings):
+                self.notify("Settings saved.", timeout=2)
             if reload and self.loaded is not None:
                 self.start_loading(self.loaded.pair.id)
 
@@ -285,3 +303,5 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
             if cancel is not None:
                 cancel.set()
         self.workers.cancel_all()
+        if hasattr(self, "history"):
+            self.history.close()  # where saving had stopped, one last try to write the session back

@@ -74,3 +74,10 @@ class CheckDone(Message):
 class CheckFailed(Message):
     pair_id: str
     error: str
+
+
+@dataclass
+class StorageNotice(Message):
+    """The history stopped saving to disk (kept in memory), or saves again."""
+
+    text: str

@@ -13,7 +13,6 @@ from localspec.catalog.models_toml import CatalogError
 from localspec.catalog.pair_files import download_status, local_pair_paths, pair_states
 from localspec.engine.hardware import gpu_offload_supported
 from localspec.machine.device import resident_memory_bytes
-from localspec.session.settings import save_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.device_line import DeviceLine
@@ -75,8 +74,7 @@ class PairControl:
             message.loaded.close()
             return
         self.loaded, self.loading_pair, self.load_cancel = message.loaded, None, None
-        self.settings = self.settings.with_changes(last_pair=message.loaded.pair.id)
-        save_settings(self.settings, self.settings_path)
+        self.change_settings(self.settings.with_changes(last_pair=message.loaded.pair.id))
         self.refresh_device_line()
         self.notify(f"{message.loaded.pair.title} is ready.", timeout=3)
         for warning in message.loaded.plan.warnings:

@@ -1,0 +1,131 @@
+"""Storage that fails (a full disk, a read-only folder, a damaged or hand-edited file) loses nothing the user wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from localspec.session.history import History
+from localspec.session.settings import Settings, SettingsError, load_settings, save_settings
+
+
+def fill_up(history: History) -> None:
+    """SQLite's own page limit on this connection: the next write that needs a page fails as a full disk does."""
+    pages = history._db.execute("PRAGMA page_count").fetchone()[0]
+    history._db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_a_full_disk_moves_the_history_into_memory_and_saves_it_once_the_disk_takes_writes(tmp_path):
+    notices: list[str] = []
+    path = tmp_path / "h.sqlite3"
+    history = History(path, on_notice=notices.append, retry_s=3600)
+    conversation = history.create("before")
+    history.add_user_message(conversation.id, "written to disk")
+    fill_up(history)
+    long_prompt = "a prompt longer than any free space on a page " * 400
+    message_id = history.add_user_message(conversation.id, long_prompt)  # fails on disk, kept in memory
+    assert not history.saving and len(notices) == 1
+    assert "database or disk is full" in notices[0] and "Nothing is lost" in notices[0]
+    assert [m.content for m in history.messages(conversation.id)] == ["written to disk", long_prompt]
+    answer = history.start_answer(conversation.id, "tiny", {})
+    history.finish_answer(answer, "an answer written while the disk was full", "complete", {}, [])
+    assert message_id > 0 and not history.saving  # the retry waits for its interval
+
+    history._retry_at = 0.0  # the interval has passed, and the disk has room again (a fresh connection has no page limit)
+    history.rename(conversation.id, "after")
+    assert history.saving and "saved again" in notices[-1]
+    history.close()
+    reopened = History(path)
+    assert reopened.conversation(conversation.id).title == "after"
+    assert [m.content for m in reopened.messages(conversation.id)] == ["written to disk", long_prompt, "an answer written while the disk was full"]
+
+
+def test_a_history_that_can_be_read_but_not_written_is_shown(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    history = History(path)
+    conversation = history.create("kept")
+    history.add_user_message(conversation.id, "my words")
+    history.close()
+    for suffix in ("-wal", "-shm", "-journal"):  # the folder takes no new files: as a read-only folder, even for root
+        (tmp_path / f"h.sqlite3{suffix}").mkdir()
+    before = path.read_bytes()
+    readonly = History(path)
+    assert not readonly.saving and "can be read but not written" in (readonly.open_problem or "")
+    assert "move it aside" not in (readonly.open_problem or "")
+    assert [m.content for m in readonly.messages(conversation.id)] == ["my words"]
+    readonly.add_user_message(conversation.id, "typed while read-only")  # kept in memory
+    assert [m.content for m in readonly.messages(conversation.id)][-1] == "typed while read-only"
+    readonly.close()
+    assert path.read_bytes() == before
+
+
+def test_a_damaged_history_is_never_overwritten(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    path.write_bytes(b"not a database, but the user's file" * 100)
+    damaged = History(path)
+    assert not damaged.saving and "cannot be opened" in (damaged.open_problem or "") and "move it aside" in (damaged.open_problem or "")
+    damaged.create("in memory")
+    damaged.close()
+    assert path.read_bytes() == b"not a database, but the user's file" * 100
+
+
+HOLD_AN_ANSWER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from localspec.session.history import History
+    history = History(Path(sys.argv[1]))
+    conversation = history.create()
+    answer = history.start_answer(conversation.id, "tiny", {})
+    history.save_partial(answer, "streaming in the first app", [])
+    print(answer, flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_second_app_leaves_the_first_apps_streaming_answer_alone(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    first = subprocess.Popen([sys.executable, "-c", HOLD_AN_ANSWER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None
+        answer = int(first.stdout.readline())
+        second = History(path)
+        assert [m.status for m in second.messages(1)] == ["streaming"]
+        second.close()
+    finally:
+        first.kill()
+        first.wait()
+    third = History(path)  # the first app is gone now: its answer was cut
+    assert [(m.id, m.status, m.content) for m in third.messages(1)] == [(answer, "interrupted", "streaming in the first app")]
+
+
+def test_one_bad_setting_costs_only_itself(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"temperature": -5, "last_pair": "my-pair", "drafter": "tree", "n_ctx": "big",
+                                "max_tokens": 99, "from_a_newer_version": 1}))
+    settings, note = load_settings(path)
+    assert (settings.last_pair, settings.drafter, settings.max_tokens) == ("my-pair", "tree", 99)
+    assert (settings.temperature, settings.n_ctx) == (Settings().temperature, Settings().n_ctx)
+    assert note is not None and "temperature = -5" in note and 'n_ctx = "big"' in note and "Every other setting was kept" in note
+    assert "last_pair" not in note and "from_a_newer_version" not in note
+    assert json.loads(path.read_text())["temperature"] == -5  # the file is not touched until the next save
+
+
+def test_settings_that_are_not_json_are_kept_beside_the_file(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text('{"last_pair": "my-pair",')
+    settings, note = load_settings(path)
+    assert settings == Settings() and note is not None and "not valid JSON" in note
+    assert (tmp_path / "settings.json.bad").read_text() == '{"last_pair": "my-pair",'
+
+
+def test_settings_that_cannot_be_saved_say_so(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(SettingsError, match="could not be saved to .*They apply until localspec closes"):
+        save_settings(Settings(), blocked / "settings.json")
+
+
