@@ -16,13 +16,14 @@ from pathlib import Path
 from localspec import paths
 from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
-from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.chat import Message
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, StopReason
 from localspec.machine.device import OffloadedLayers, backend_name, device_memory, offloaded_layers
 from localspec.machine.memory_plan import MemoryPlan, plan_pair
+from localspec.session.context_fit import answer_room, fit_conversation
 from localspec.session.history import History
 from localspec.session.live_stats import LiveStats, StatsSnapshot
 from localspec.session.settings import Settings
@@ -30,6 +31,9 @@ from localspec.session.settings import Settings
 UPDATE_INTERVAL_S = 0.1  # the panel and the text redraw at most ten times a second
 SAVE_INTERVAL_S = 1.0  # a killed app loses at most this much of an answer
 CALIBRATION_TOKENS = 8
+# How an answer that did not end by itself (EOS, a stop string, max tokens) is stored: stopped by the user, or cut
+# by a full context (its text is not a whole answer, and the next turn's prompt is shortened to fit).
+ANSWER_STATUS = {StopReason.CANCELLED: "stopped", StopReason.CONTEXT_FULL: "cut"}
 
 
 @dataclass
@@ -90,7 +94,8 @@ class AnswerResult:
     provenance: list[tuple[str, int]]
     finished: Finished
     snapshot: StatsSnapshot
-    status: str  # as stored in the history: complete, or stopped
+    status: str  # as stored in the history (ANSWER_STATUS)
+    dropped_messages: int = 0  # the oldest messages left out of the prompt to fit the context
 
 
 @dataclass
@@ -131,7 +136,8 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     if drafter == "none" or draft_max == 0:
         drafter, draft_max = "none", 0
     decoder: Decoder = engine.decoder(drafter)
-    prompt = chat_prompt_tokens(engine.target, messages)
+    fitted = fit_conversation(engine.target, messages, answer_room(engine.target.n_ctx, settings.max_tokens))
+    prompt = fitted.tokens
     live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
     transcript = _Transcript()
     pending: list[tuple[str, str]] = []
@@ -160,9 +166,9 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     snapshot = live.snapshot(finished.stats, engine.target.n_past)
     if pending:
         on_update(AnswerUpdate(pending, snapshot))
-    status = "stopped" if finished.reason is StopReason.CANCELLED else "complete"
+    status = ANSWER_STATUS.get(finished.reason, "complete")
     history.finish_answer(message_id, transcript.text, status, finished.stats.to_dict(), transcript.runs)
-    return AnswerResult(transcript.text, transcript.runs, finished, snapshot, status)
+    return AnswerResult(transcript.text, transcript.runs, finished, snapshot, status, fitted.dropped_messages)
 
 
 def conversation_counts(stats_dicts: list[dict]) -> tuple[int, int]:  # type: ignore[type-arg]

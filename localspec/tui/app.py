@@ -185,6 +185,10 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         note = answer_note(self.loaded.pair.id if self.loaded else None, result.finished.stats.to_dict())
         await view.finish(result.text, result.provenance, result.status, note)
         self.query_one(StatsPanel).show(result.snapshot)
+        if result.dropped_messages:
+            self.notify(f"This conversation is longer than the context ({self.loaded.engine.target.n_ctx if self.loaded else '?'} tokens): "
+                        f"the oldest {result.dropped_messages} messages were left out of this answer's prompt. They stay in the "
+                        "history; start a new chat (Ctrl+N) or raise the context size (F3) to keep them in.", timeout=15)
         if result.finished.message:
             self.notify(result.finished.message, severity="warning", timeout=10)
         self.query_one("#messages", VerticalScroll).scroll_end(animate=False)

@@ -17,7 +17,8 @@ from textual.widgets import Label, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 ACCEPTED_STYLE = "on #1f3d2b"
-STATUS_NOTES = {"stopped": " · stopped", "interrupted": " · interrupted (the app closed mid-answer)", "error": " · failed"}
+STATUS_NOTES = {"stopped": " · stopped", "cut": " · cut (the context was full)",
+                "interrupted": " · interrupted (the app closed mid-answer)", "error": " · failed"}
 
 
 def answer_note(pair_id: str | None, stats: dict[str, Any]) -> str:
