@@ -93,3 +93,36 @@ def test_llama_cpp_log_goes_to_the_log_directory_not_the_terminal(tmp_path, tiny
     log = tmp_path / "state" / "localspec" / "log" / "llama.log"
     assert "llama_model_loader" in log.read_text()
     assert "llama_model_loader" not in result.stderr + result.stdout
+
+
+def test_a_reader_that_goes_away_ends_generate_quietly(tiny):
+    """`localspec generate ... | head -c 20` once ended in a BrokenPipeError traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "localspec", "generate", "--target", str(tiny["talkative"]), "--no-draft",
+         "--prompt", "tell me everything", "--max-tokens", "3000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert len(process.stdout.read(20)) == 20
+    process.stdout.close()  # as head does once it has its bytes
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141 and stderr == ""
+
+
+def test_options_are_checked_before_anything_loads(tmp_path):
+    """Each bad value names its option and exits 2 at once: the target named here does not even exist."""
+    missing = str(tmp_path / "never-loaded.gguf")
+    cases = {
+        ("--max-tokens", "0"): "--max-tokens 0 is out of range", ("--top-k", "-1"): "--top-k: top-k must be 0 (off) or positive",
+        ("--draft-p-min", "1.5"): "--draft-p-min 1.5 is out of range", ("--threads", "0"): "--threads 0 is out of range",
+        ("--ctx-size", "0"): "--ctx-size 0 is out of range", ("--draft-max", "99"): "--draft-max 99 is out of range",
+        ("--seed", "-1"): "--seed -1 is out of range", ("--temperature", "-2"): "--temperature: temperature must be 0",
+        ("--prompt", "caf\udcff"): "--prompt is not valid UTF-8 text (byte 0xff at character 4)",
+    }
+    for (option, value), expected in cases.items():
+        prompt = [] if option == "--prompt" else ["--prompt", "hi"]
+        result = cli("generate", "--target", missing, *prompt, option, value)
+        assert (result.returncode, "Traceback" in result.stderr) == (2, False), (option, result.stderr)
+        assert expected in result.stderr and "never-loaded" not in result.stderr, (option, result.stderr)
+    rounds = cli("bench", "--target", missing, "--rounds", "0")
+    assert rounds.returncode == 2 and "--rounds 0 is out of range" in rounds.stderr

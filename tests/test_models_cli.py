@@ -164,3 +164,12 @@ def test_check_local_files_directly(tiny: dict[str, Path], hub_env: dict[str, st
     assert bad.returncode == 1 and "incompatible: The draft and target cannot be used together" in bad.stderr
     missing = cli("check", "--target", str(tiny["target"]), "--draft", "./nowhere.gguf", env=hub_env)
     assert missing.returncode == 1 and "Local model file not found" in missing.stderr
+
+
+def test_a_hub_cache_that_cannot_be_written_is_a_clear_error(tiny_hub: LoopbackHub, hub_env: dict[str, str], tmp_path: Path):
+    """A read-only HF_HOME once ended `pull` in an OSError traceback (a file stands where the folder should be: refused even to root)."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    result = cli("pull", "tiny", env={**hub_env, "HF_HOME": str(blocked / "hf")})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "a-file" in result.stderr and "permissions" in result.stderr

@@ -22,6 +22,7 @@ from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.charts import save_charts
 from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
+from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat, with_system
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.drafters import registry
@@ -42,7 +43,11 @@ T = TypeVar("T")
 
 
 def load_prompts(path: Path | None) -> list[BenchPrompt]:
-    text = path.read_text(encoding="utf-8") if path else resources.files("localspec.bench").joinpath("prompts.jsonl").read_text("utf-8")
+    try:
+        text = path.read_text(encoding="utf-8") if path else resources.files("localspec.bench").joinpath("prompts.jsonl").read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--prompts {path}: the file cannot be read ({getattr(exc, 'strerror', None) or exc}). "
+                         "Give a JSONL file with one {\"id\": ..., \"prompt\": ...} object per line.") from None
     source = str(path) if path else "the bundled prompt set"
     prompts = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -106,8 +111,8 @@ def parse_ks(text: str) -> list[int]:
         ks = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
         raise UsageError(f"--draft-max takes comma-separated integers such as 1,2,4,8, not {text!r}") from None
-    if not ks or ks[0] < 1:
-        raise UsageError("--draft-max values must be 1 or more")
+    if not ks or ks[0] < 1 or ks[-1] > defaults.DRAFT_MAX_LIMIT:
+        raise UsageError(f"--draft-max values must be from 1 to {defaults.DRAFT_MAX_LIMIT}, not {text!r}")
     return ks
 
 
@@ -138,8 +143,6 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = select_prompts(load_prompts(args.prompts), args.only)
     drafters = parse_drafters(args.drafters, args.draft is not None)
-    if args.auto_max is not None and args.auto_max < 1:
-        raise UsageError("--auto-max must be 1 or more")
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
     with Engine(engine_config) as engine:

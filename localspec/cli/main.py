@@ -7,12 +7,15 @@ which would make `localspec --help` and `--version` take seconds instead of a te
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from localspec import __version__
 from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
+from localspec.cli.arg_checks import check_args
 from localspec.engine import defaults
 from localspec.engine.drafters import registry
 from localspec.errors import LocalspecError, UsageError
@@ -130,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         LocalspecApp().run()
         return 0
     try:
+        check_args(args)
         if args.command == "generate":
             from localspec.cli.generate import run_generate
 
@@ -154,6 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LocalspecError as exc:
         print(f"localspec: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
+    except OSError as exc:  # the machine refused a file operation (a read-only folder, a full disk): say which, and why
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"localspec: {exc.strerror or exc}{where}. Check the disk's free space and the folder's permissions.", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0

@@ -7,6 +7,8 @@ decode and a verify row each. llama.cpp's default is 0, which drafts them anyway
 """
 
 N_CTX = 4096  # tokens of context, shared by both models: the app, `generate`, `bench`, the planner and the doctor
+MIN_N_CTX = 256  # the smallest context the app and the command line accept: a chat template and a short answer
+DRAFT_MAX_LIMIT = 32  # the largest K accepted anywhere: beyond it a verify batch costs more than any draft saves
 DRAFT_MAX = 3  # K, as llama.cpp's default
 DRAFT_P_MIN = 0.6
 MAX_TOKENS = 512

@@ -34,4 +34,8 @@ class LoadCancelled(EngineError):
 
 
 class SamplingSettingsError(EngineError, UsageError):
-    """A sampling value (temperature, top-k, top-p, min-p) out of its range."""
+    """A sampling value (temperature, top-k, top-p, min-p) out of its range; `setting` names it as the user types it."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting

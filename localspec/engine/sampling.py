@@ -32,13 +32,13 @@ class SamplingParams:
 
     def validate(self) -> None:
         if self.temperature < 0:
-            raise SamplingSettingsError(f"temperature must be 0 (greedy) or positive, not {self.temperature}")
+            raise SamplingSettingsError(f"temperature must be 0 (greedy) or positive, not {self.temperature}", "temperature")
         if not 0.0 < self.top_p <= 1.0:
-            raise SamplingSettingsError(f"top-p must be above 0 and at most 1, not {self.top_p}")
+            raise SamplingSettingsError(f"top-p must be above 0 and at most 1, not {self.top_p}", "top-p")
         if not 0.0 <= self.min_p < 1.0:
-            raise SamplingSettingsError(f"min-p must be at least 0 and below 1, not {self.min_p}")
+            raise SamplingSettingsError(f"min-p must be at least 0 and below 1, not {self.min_p}", "min-p")
         if self.top_k < 0:
-            raise SamplingSettingsError(f"top-k must be 0 (off) or positive, not {self.top_k}")
+            raise SamplingSettingsError(f"top-k must be 0 (off) or positive, not {self.top_k}", "top-k")
 
 
 def make_rng(seed: int | None) -> tuple[np.random.Generator, int]:

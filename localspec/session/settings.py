@@ -48,10 +48,10 @@ class Settings:
     def validate(self) -> Settings:
         checks = [
             (self.drafter in registry.DRAFTERS, f"drafter must be one of {', '.join(registry.DRAFTERS)}"),
-            (self.draft_max is None or 0 <= self.draft_max <= 32, "draft-max must be 0 to 32"),
+            (self.draft_max is None or 0 <= self.draft_max <= defaults.DRAFT_MAX_LIMIT, f"draft-max must be 0 to {defaults.DRAFT_MAX_LIMIT}"),
             (0.0 <= self.draft_p_min <= 1.0, "draft p-min must be 0 to 1"),
             (self.max_tokens >= 1, "max tokens must be 1 or more"),
-            (self.n_ctx >= 256, "context size must be 256 or more"),
+            (self.n_ctx >= defaults.MIN_N_CTX, f"context size must be {defaults.MIN_N_CTX} or more"),
             (self.threads is None or self.threads >= 1, "threads must be 1 or more"),
             (self.self_draft_layers is None or self.self_draft_layers >= 1, "self-draft layers must be 1 or more"),
         ]
