@@ -173,3 +173,37 @@ def test_a_hub_cache_that_cannot_be_written_is_a_clear_error(tiny_hub: LoopbackH
     result = cli("pull", "tiny", env={**hub_env, "HF_HOME": str(blocked / "hf")})
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "a-file" in result.stderr and "permissions" in result.stderr
+
+
+def half_of(source: Path, out: Path) -> Path:
+    out.write_bytes(source.read_bytes()[: source.stat().st_size // 2])
+    return out
+
+
+def test_a_truncated_gguf_is_refused_by_check_generate_and_pull(tiny_hub: LoopbackHub, hub_env: dict[str, str], tiny: dict[str, Path], tmp_path: Path):
+    """A GGUF cut in half once passed `check` (exit 0), made `generate` say "no reason given", and a pull of one reported done."""
+    half = half_of(tiny["target"], tmp_path / "half.gguf")
+    checked = cli("check", "--target", str(half), "--draft", str(tiny["near"]), env=hub_env)
+    assert checked.returncode == 1 and "half.gguf is incomplete: its header describes" in checked.stderr, checked.stderr
+    generated = cli("generate", "--target", str(half), "--prompt", "hi", env=hub_env)
+    assert generated.returncode == 1 and "is incomplete" in generated.stderr and "Traceback" not in generated.stderr
+
+    folder = cli("check", "--target", str(tmp_path), "--draft", str(tiny["near"]), env=hub_env)
+    assert folder.returncode == 1 and "is a directory, not a GGUF model file" in folder.stderr  # as generate says it
+
+    tiny_hub.add_file("bad/half-GGUF", "half.gguf", path=half)
+    (tmp_path / "notes.gguf").write_text("not a model at all")
+    tiny_hub.add_file("bad/notes-GGUF", "notes.gguf", path=tmp_path / "notes.gguf")
+    for spec, reason in (("bad/half-GGUF/half.gguf", "its header describes"), ("bad/notes-GGUF/notes.gguf", "is not a GGUF file")):
+        pulled = cli("pull", spec, env=hub_env)
+        assert pulled.returncode == 1 and "is not a usable GGUF file" in pulled.stderr and reason in pulled.stderr, pulled.stderr
+        assert "Traceback" not in pulled.stderr
+
+
+def test_llama_cpps_own_reason_reaches_the_user(tiny, tmp_path):
+    """llama.cpp logs load errors at level 4 (ERROR); the log hook kept level 3 (WARN), so a failed load said "no reason given"."""
+    from localspec.engine.errors import ModelLoadError
+    from localspec.engine.model import Model
+
+    with pytest.raises(ModelLoadError, match="data is not within the file bounds"):
+        Model(half_of(tiny["target"], tmp_path / "half.gguf"))

@@ -129,6 +129,8 @@ def read_model_header(config: HubConfig, ref: ModelRef) -> HeaderReport:
         remote = False
     else:
         if ref.is_local:
+            assert ref.path is not None
+            read_local_header(ref.path)  # raises the loader's own words: not found, a directory, incomplete
             raise CatalogError(f"Local model file not found: {ref.path}. Fix the path, or download it first.")
         assert ref.repo is not None
         headers, size = [], 0

@@ -17,7 +17,7 @@ import llama_cpp
 
 from localspec import paths
 
-_LEVEL_ERROR = 3
+_LEVEL_ERROR = 4  # ggml.h, enum ggml_log_level (3 is WARN)
 _LEVEL_CONT = 5
 
 _lock = threading.Lock()

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from localspec.engine.errors import ModelLoadError
+from localspec.units import format_bytes
+
+DEFAULT_ALIGNMENT = 32  # GGUF's, where general.alignment is not set
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
@@ -78,6 +83,7 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]
     ggml_type: int
+    offset: int = 0  # where its data starts, from the start of the data section
 
     @property
     def n_elements(self) -> int:
@@ -94,6 +100,17 @@ class GGUFHeader:
     tensors: list[TensorInfo]
     header_bytes: int  # where the header ends: what a reader must fetch at least
     bytes_read: int  # what this read actually fetched (whole chunks)
+
+    @property
+    def data_offset(self) -> int:
+        """Where the tensor data begins: the header's end, rounded up to the file's alignment."""
+        alignment = int(self.metadata.get("general.alignment") or DEFAULT_ALIGNMENT)
+        return -(-self.header_bytes // alignment) * alignment
+
+    @property
+    def file_size(self) -> int:
+        """The size the file must have at least: the end of its last tensor's data."""
+        return self.data_offset + max((t.offset + tensor_bytes(t) for t in self.tensors), default=0)
 
     @property
     def architecture(self) -> str:
@@ -155,13 +172,48 @@ def read_header(read: Callable[[int], bytes], source: str) -> GGUFHeader:
         name = reader.string()
         (n_dims,) = struct.unpack("<I", reader.take(4))
         shape = struct.unpack(f"<{n_dims}Q", reader.take(8 * n_dims))
-        ggml_type, _offset = struct.unpack("<IQ", reader.take(12))
-        tensors.append(TensorInfo(name, tuple(shape), ggml_type))
+        ggml_type, offset = struct.unpack("<IQ", reader.take(12))
+        tensors.append(TensorInfo(name, tuple(shape), ggml_type, offset))
     return GGUFHeader(version, metadata, tensors, reader.offset, reader.bytes_read)
 
 
+def tensor_bytes(tensor: TensorInfo) -> int:
+    try:
+        block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(tensor.ggml_type)]
+    except (ValueError, KeyError):
+        return tensor.n_elements  # a type newer than the gguf package: one byte a weight, more than any quantization takes
+    return tensor.n_elements // block_size * type_size
+
+
 def read_local_header(path: Path) -> GGUFHeader:
+    """The header of a local file, which must hold every byte of tensor data its header describes."""
+    if path.is_dir():
+        raise ModelLoadError(f"{path} is a directory, not a GGUF model file. Point to the .gguf file inside it.")
     if not path.is_file():
         raise ModelLoadError(f"Model file not found: {path}. Check the path, or download the model first.")
     with open(path, "rb") as f:
-        return read_header(f.read, str(path))
+        header = read_header(f.read, str(path))
+    check_complete(path, header)
+    return header
+
+
+def check_complete(path: Path, header: GGUFHeader) -> None:
+    """A file cut short (an interrupted copy, a truncated upload) passes every header check; its size does not."""
+    size = path.stat().st_size
+    if size < header.file_size:
+        raise IncompleteGGUFError(
+            f"{path} is incomplete: {incomplete_detail(header.file_size, size)}. Download or copy it again (`localspec pull` resumes).",
+            header.file_size, size,
+        )
+
+
+class IncompleteGGUFError(ModelLoadError):
+    """A GGUF file shorter than its header says: cut short in a copy or an upload."""
+
+    def __init__(self, message: str, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.expected, self.actual = expected, actual
+
+
+def incomplete_detail(expected: int, actual: int) -> str:
+    return f"its header describes {format_bytes(expected)} of data but the file holds {format_bytes(actual)} ({100 * actual / expected:.0f}%)"

@@ -27,6 +27,8 @@ from filelock import FileLock, Timeout
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_session, hf_raise_for_status
 
+from localspec.engine.errors import ModelLoadError
+from localspec.gguf.header import IncompleteGGUFError, incomplete_detail, read_local_header
 from localspec.hub import cache
 from localspec.hub.config import HubConfig
 from localspec.hub.errors import DownloadCancelled, HashMismatchError, HubError
@@ -209,6 +211,19 @@ class Downloader:
                 f"{remote.label} arrived damaged: its sha256 is {actual}, the hub's is {expected}. "
                 "The bad file was removed. Run the pull again; if it fails the same way, a proxy or disk on the way corrupts it."
             )
+        if remote.file.endswith(".gguf"):
+            self._verify_gguf(remote, partial)
+
+    @staticmethod
+    def _verify_gguf(remote: RemoteFile, partial: Path) -> None:
+        """The hub's checks pass for whatever was uploaded: a .gguf must also be one, holding every byte its header describes."""
+        try:
+            read_local_header(partial)
+        except ModelLoadError as exc:
+            partial.unlink()
+            reason = incomplete_detail(exc.expected, exc.actual) if isinstance(exc, IncompleteGGUFError) else str(exc).replace(str(partial), "it")
+            raise HubError(f"{remote.label} arrived whole, as the hub serves it, but is not a usable GGUF file ({reason}). "
+                           "It was removed: the file on the hub is bad, so pick another file or repository.") from None
 
     def _report(self, label: str, phase: Phase, index: int, count: int, file_done: int, file_total: int | None,
                 total_done: int, total_total: int | None, speed: float, force: bool = False) -> None:

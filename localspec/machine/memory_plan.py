@@ -27,7 +27,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from localspec.engine.drafters.self_draft import default_layers
 from localspec.engine.model import DEFAULT_N_BATCH, check_gguf_file
 from localspec.errors import LocalspecError
-from localspec.gguf.header import GGUFHeader, TensorInfo, read_local_header
+from localspec.gguf.header import GGUFHeader, read_local_header, tensor_bytes
 from localspec.gguf.split import split_parts
 from localspec.gguf.summary import ModelSummary
 from localspec.units import format_bytes
@@ -41,14 +41,6 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 class PairTooBigError(LocalspecError):
     """The pair needs more memory than RAM and VRAM hold together."""
-
-
-def tensor_bytes(tensor: TensorInfo) -> int:
-    try:
-        block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(tensor.ggml_type)]
-    except (ValueError, KeyError):
-        return tensor.n_elements  # a type newer than the gguf package: one byte a weight, more than any quantization takes
-    return tensor.n_elements // block_size * type_size
 
 
 def _per_block(value: Any, n_layer: int) -> list[int]:
