@@ -64,8 +64,13 @@ def test_pull_list_generate_check_rm(tiny_hub: LoopbackHub, hub_env: dict[str, s
     checked = cli("check", "tiny", env=hub_env)
     assert checked.returncode == 0 and checked.stdout.count("header read from disk") == 2
 
-    removed = cli("rm", "tiny", env=hub_env)
+    refused = cli("rm", "tiny", env=hub_env)  # not a terminal: it will not ask, so it refuses
+    assert refused.returncode == 2 and "Add --yes" in refused.stderr and row(cli("list", env=hub_env).stdout, "tiny").split()[1] == "yes"
+    partial = Path(hub_env["HF_HOME"]) / "hub" / "models--tiny--near-GGUF" / "blobs" / "0123abcd.incomplete"
+    partial.write_bytes(b"half a download")  # what an interrupted pull of another revision leaves
+    removed = cli("rm", "tiny", "--yes", env=hub_env)
     assert removed.returncode == 0 and removed.stdout.count("removed tiny/") == 2
+    assert "removed partial download 0123abcd.incomplete" in removed.stdout and not partial.exists()
     assert row(cli("list", env=hub_env).stdout, "tiny").split()[1] == "no"
     assert "is not downloaded yet" in cli("generate", "--pair", "tiny", "--prompt", "x", env=hub_env).stderr
 

@@ -158,28 +158,51 @@ def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef) -> 
 
 @dataclass(frozen=True)
 class Removal:
-    freed: list[tuple[str, int]]  # label, bytes
+    """What removing a pair deletes, worked out before anything is deleted, so the user can be asked first."""
+
+    files: list[tuple[str, str, int]]  # repo, file, bytes on disk
+    partials: list[tuple[Path, int]]  # unfinished downloads in the pair's repositories, resumable but useless once it is gone
     kept: list[tuple[str, str]]  # label, the other pair that still uses it
 
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for *_, size in self.files) + sum(size for _, size in self.partials)
 
-def remove_pair(config: HubConfig, catalog: Catalog, pair: Pair) -> Removal:
-    """Delete the pair's downloaded files, keeping any that another downloaded pair still uses."""
-    freed: list[tuple[str, int]] = []
+    @property
+    def empty(self) -> bool:
+        return not self.files and not self.partials
+
+
+def plan_removal(config: HubConfig, catalog: Catalog, pair: Pair) -> Removal:
+    """The pair's downloaded files and partial downloads, keeping any file that another downloaded pair still uses."""
+    files: list[tuple[str, str, int]] = []
     kept: list[tuple[str, str]] = []
+    repos: set[str] = set()
     for ref in (pair.target, pair.draft):
         if ref.is_local:
             continue  # the user's own file: never ours to delete
+        assert ref.repo is not None
+        repos.add(ref.repo)
         user = next((other.id for other in catalog.pairs.values() if other.id != pair.id and _uses(other, ref)
                      and all(model_state(config, r).complete for r in (other.target, other.draft))), None)
         if user is not None:
             kept.append((ref.label, user))
             continue
-        assert ref.repo is not None
         for file in ref.files:
-            size = cache.remove(config, ref.repo, file)
-            if size:
-                freed.append((f"{ref.repo}/{file}", size))
-    return Removal(freed, kept)
+            path = cache.cached_path(config, ref.repo, file)
+            if path is not None:
+                files.append((ref.repo, file, cache.size_on_disk(path)))
+    partials = [(path, path.stat().st_size) for repo in sorted(repos) for path in cache.partial_downloads(config, repo)]
+    return Removal(files, partials, kept)
+
+
+def carry_out(config: HubConfig, removal: Removal) -> list[tuple[str, int]]:
+    """Delete what `removal` lists; (label, bytes freed) for each."""
+    freed = [(f"{repo}/{file}", cache.remove(config, repo, file)) for repo, file, _ in removal.files]
+    for path, size in removal.partials:
+        path.unlink(missing_ok=True)
+        freed.append((f"partial download {path.name}", size))
+    return freed
 
 
 def _uses(pair: Pair, ref: ModelRef) -> bool:

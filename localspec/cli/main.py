@@ -66,6 +66,7 @@ def _add_model_commands(commands: argparse._SubParsersAction) -> None:
 
     rm = commands.add_parser("rm", help="delete a pair's downloaded files (files another downloaded pair uses are kept)")
     rm.add_argument("pair", metavar="PAIR")
+    rm.add_argument("--yes", "-y", action="store_true", help="delete without asking")
 
     check = commands.add_parser("check", help="can this draft serve this target? read from the GGUF headers only")
     check.add_argument("pair", metavar="PAIR", nargs="?", help="a pair id (default: give --target and --draft)")

@@ -14,14 +14,16 @@ from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair,
 from localspec.catalog.pair_files import (
     HeaderReport,
     PairCheck,
+    carry_out,
     check_pair_headers,
     download_status,
     pair_states,
+    plan_removal,
     pull_pair,
-    remove_pair,
     requests_for,
 )
 from localspec.cli.progress_bar import ProgressBar
+from localspec.errors import UsageError
 from localspec.gguf.split import split_parts
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
@@ -35,7 +37,7 @@ def run_model_command(args: argparse.Namespace) -> int:
     if args.command == "list":
         return _list(config, load_catalog())
     if args.command == "rm":
-        return _rm(config, args.pair)
+        return _rm(config, args.pair, args.yes)
     return _check(config, args)
 
 
@@ -88,15 +90,25 @@ def _list(config: HubConfig, catalog: Catalog) -> int:
     return 0
 
 
-def _rm(config: HubConfig, pair_id: str) -> int:
+def _rm(config: HubConfig, pair_id: str, yes: bool) -> int:
     catalog = load_catalog()
-    removal = remove_pair(config, catalog, catalog.get(pair_id))
-    for label, size in removal.freed:
-        print(f"removed {label} ({format_bytes(size)})")
+    removal = plan_removal(config, catalog, catalog.get(pair_id))
     for label, user in removal.kept:
         print(f"kept    {label}: pair {user!r} uses it too")
-    if not removal.freed and not removal.kept:
-        print(f"{pair_id}: nothing downloaded to remove.")
+    if removal.empty:
+        if not removal.kept:
+            print(f"{pair_id}: nothing downloaded to remove.")
+        return 0
+    what = f"{len(removal.files)} file(s)" + (f" and {len(removal.partials)} partial download(s)" if removal.partials else "")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"`rm {pair_id}` would delete {what}, {format_bytes(removal.total_bytes)}. Add --yes to delete without asking.")
+        answer = input(f"Delete {what} of {pair_id}, {format_bytes(removal.total_bytes)}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Nothing was deleted.")
+            return 1
+    for label, size in carry_out(config, removal):
+        print(f"removed {label} ({format_bytes(size)})")
     return 0
 
 

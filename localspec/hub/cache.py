@@ -37,6 +37,11 @@ def partial_path(config: HubConfig, repo: str, etag: str) -> Path:
     return repo_dir(config, repo) / "blobs" / f"{etag}.incomplete"
 
 
+def partial_downloads(config: HubConfig, repo: str) -> list[Path]:
+    """Unfinished downloads of any file of `repo` (their names carry the etag, not the file name)."""
+    return sorted((repo_dir(config, repo) / "blobs").glob("*.incomplete"))
+
+
 def lock_path(config: HubConfig, repo: str, etag: str) -> Path:
     """huggingface-hub's own lock file for this blob, so our download and theirs never write it at once."""
     return config.cache_dir / ".locks" / repo_dir(config, repo).name / f"{etag}.lock"
