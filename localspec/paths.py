@@ -34,6 +34,11 @@ def self_draft_dir() -> Path:
     return cache_dir() / "self-drafts"
 
 
+def cost_cache_dir() -> Path:
+    """Where auto keeps the costs it measured, per pair and machine (remeasured at will, so a cache)."""
+    return cache_dir() / "costs"
+
+
 def history_file() -> Path:
     """The conversations (SQLite)."""
     return data_dir() / "history.sqlite3"

@@ -43,6 +43,9 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     expected = ["plain"] + [f"{d} K={k}" for d in ("model", "ngram", "hybrid", "hierarchical", "tree", "self") for k in (2, 4)] + ["auto K≤4"]
     assert labels == expected
     assert len(data["measurements"]) == len(prompts) * len(labels)
+    total = len(prompts) * len(labels)  # a line per measurement on stderr, with the time left; the self-draft's cut announced
+    assert f"[1/{total}]" in result.stderr and f"[{total}/{total}]" in result.stderr and "left" in result.stderr
+    assert "the self drafter cuts a draft from the target into" in result.stderr and "`localspec clean` removes it" in result.stderr
     # The bench's prompts are clear of near-ties on the tiny target (plain's margins say so), so lossless means
     # exactly equal here, on any machine.
     assert min(min(m["margins"]) for m in data["measurements"] if m["mode"] == "plain") >= NEAR_TIE_TINY

@@ -126,3 +126,22 @@ def test_options_are_checked_before_anything_loads(tmp_path):
         assert expected in result.stderr and "never-loaded" not in result.stderr, (option, result.stderr)
     rounds = cli("bench", "--target", missing, "--rounds", "0")
     assert rounds.returncode == 2 and "--rounds 0 is out of range" in rounds.stderr
+
+
+def test_doctor_shows_the_caches_and_clean_asks_then_removes_only_them(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cache = tmp_path / "cache" / "localspec"
+    (cache / "self-drafts").mkdir(parents=True)
+    (cache / "self-drafts" / "t.first7.gguf").write_bytes(b"x" * 5000)
+    (cache / "costs").mkdir()
+    (cache / "costs" / "t.json").write_text("{}")
+    (cache / "test-models").mkdir()  # not localspec's to clean (here, the suite's download cache)
+    (cache / "test-models" / "keep.gguf").write_text("kept")
+    doctor = cli("doctor", env=env)
+    assert doctor.returncode == 0 and "self-drafts 5.0 KB, measured costs 2 B" in doctor.stdout and "`localspec clean`" in doctor.stdout
+    refused = cli("clean", env=env)  # no terminal to ask on
+    assert refused.returncode == 2 and "Add --yes" in refused.stderr and (cache / "self-drafts" / "t.first7.gguf").exists()
+    cleaned = cli("clean", "--yes", env=env)
+    assert cleaned.returncode == 0 and "removed self-drafts (5.0 KB)" in cleaned.stdout
+    assert not (cache / "self-drafts").exists() and not (cache / "costs").exists() and (cache / "test-models" / "keep.gguf").exists()
+    assert "Nothing to clean" in cli("clean", env=env).stdout

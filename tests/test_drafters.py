@@ -7,7 +7,9 @@ import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
-from localspec.engine.drafters.auto.controller import AcceptanceModel, AutoDrafter, CostTable
+from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, NgramDrafter
 from localspec.engine.drafters.registry import DRAFTERS
@@ -275,3 +277,27 @@ def test_autos_draft_cost_leaves_out_the_catch_up_it_charges_separately(tiny):
         first, later = costs.draft_lessons[0], sorted(costs.draft_lessons[1:])
         assert len(later) >= 3
         assert first < 3 * later[len(later) // 2], costs.draft_lessons
+
+
+def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):
+    """The first token once waited for a full calibration on every load (10 s idle, up to 71 s busy, with the real pair)."""
+    from localspec.engine.drafters.auto.costs import CALIBRATION_SIZES
+
+    config = EngineConfig(tiny["target"], tiny["near"], cost_cache_dir=tmp_path)
+    with Engine(config) as first:
+        before = first.target.n_decoded
+        auto = first.decoder("auto")
+        assert first.target.n_decoded - before == 1 + sum(CALIBRATION_SIZES)  # a few short passes, one of them untimed
+        prompt = chat_prompt_tokens(first.target, [Message("user", REPEATING)])
+        run(auto, prompt, GenerationConfig(max_tokens=40, draft_max=8))
+        learned = dict(auto.drafter.costs.verify_ms)
+    assert len(list(tmp_path.glob("*.json"))) == 1
+    with Engine(config) as second:
+        before = second.target.n_decoded
+        costs = second.decoder("auto").drafter.costs
+        assert second.target.n_decoded == before  # read back: not one pass timed
+        assert costs.verify_ms == learned and not costs.fixed
+    with Engine(EngineConfig(tiny["target"], tiny["same"], cost_cache_dir=tmp_path)) as other_draft:
+        before = other_draft.target.n_decoded
+        other_draft.decoder("auto")
+        assert other_draft.target.n_decoded > before  # another pair: its own measurement

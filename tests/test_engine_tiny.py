@@ -249,3 +249,27 @@ def test_the_self_draft_stays_off_the_gpu_unless_a_plan_counted_it(tiny, tmp_pat
         assert engine.self_draft().config.n_gpu_layers == 0
     with Engine(EngineConfig(tiny["target"], None, self_draft_dir=tmp_path, self_draft_gpu_layers=3)) as engine:
         assert engine.self_draft().config.n_gpu_layers == 3
+
+
+def test_the_llama_cpp_log_is_rotated_before_it_grows_without_bound(tiny, tmp_path, monkeypatch):
+    """About 400 KB a load, never rotated: 62 MB after one afternoon."""
+    from localspec.engine import llama_log
+    from localspec.engine.model import Model
+
+    log = tmp_path / "llama.log"
+    log.write_text("an old line\n" * 1000)
+    for index in (1, 2, 3):
+        log.with_name(f"llama.log.{index}").write_text(f"rotated {index}\n")
+    monkeypatch.setattr(llama_log, "ROTATE_BYTES", 4000)
+    with Model(tiny["target"]):  # the backend is up (its first start installs the default log)
+        pass
+    llama_log.install(log)
+    try:
+        with Model(tiny["target"]):
+            pass
+        assert log.with_name("llama.log.1").read_text().startswith("an old line")
+        assert log.with_name("llama.log.2").read_text() == "rotated 1\n" and log.with_name("llama.log.3").read_text() == "rotated 2\n"
+        assert not log.with_name("llama.log.4").exists()  # the oldest went
+        assert "an old line" not in log.read_text()
+    finally:
+        llama_log.install()  # back to the suite's own log

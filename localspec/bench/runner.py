@@ -20,6 +20,7 @@ from localspec import __version__
 from localspec.bench import reference
 from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.charts import save_charts
+from localspec.bench.progress import BenchProgress
 from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
 from localspec.engine import defaults
@@ -27,6 +28,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens, render_chat, with
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.self_draft import self_draft_path
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
@@ -145,6 +147,8 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
     drafters = parse_drafters(args.drafters, args.draft is not None)
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
+    progress = BenchProgress(args.rounds * len(prompts) * len(modes))
+    progress.stage(f"{len(prompts)} prompts × {len(modes)} modes × {args.rounds} round(s); loading the pair")
     with Engine(engine_config) as engine:
         result.machine = {
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
@@ -153,6 +157,8 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
             "device": device_record(engine),
         }
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
+        _say_self_draft(progress, engine_config, drafters)
+        progress.stage("warming up every mode")
         for mode in result.modes:  # loads the self draft and times auto's costs before anything is measured
             _measure(engine.decoder(mode.drafter), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k))
         depth = round(sum(len(chat_prompt_tokens(engine.target, _messages(p))) for p in prompts) / len(prompts))
@@ -160,8 +166,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
         _llama_bench(args, engine, result)
         for round_index in range(args.rounds):
             for index, prompt in enumerate(prompts):
-                _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result)
-                print(f"  measured {prompt.id} (round {round_index + 1}/{args.rounds})", flush=True)
+                _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result, progress)
         _llama_bench(args, engine, result)
         auto = engine.decoder("auto").drafter
         if isinstance(auto, AutoDrafter):
@@ -182,7 +187,7 @@ def _messages(prompt: BenchPrompt) -> list[Message]:
 
 def _bench_prompt(
     args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, index: int, reference_p_mins: list[float], round_index: int,
-    result: BenchResult,
+    result: BenchResult, progress: BenchProgress,
 ) -> None:
     """Every mode, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike.
 
@@ -198,6 +203,7 @@ def _bench_prompt(
                                   verification=mode.verification, record_margins=args.margins)  # type: ignore[arg-type]
         out, margins, stats = _measure(engine.decoder(mode.drafter), tokens, config)
         runs[mode] = Measurement(prompt.id, mode, out, stats, margins=margins)
+        progress.measured(f"{prompt.id} · {mode.label}", stats.predicted_per_second)
     for m in runs.values():
         if sampling.greedy:
             m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[PLAIN].tokens, m.tokens)) if a != b), None)
@@ -214,6 +220,16 @@ def _bench_prompt(
                     args.llama_cpp_bin, args.target, args.draft, text, k, p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
                 if run is not None:
                     result.reference.append(ReferenceMeasurement(prompt.id, k, p_min, run))
+
+
+def _say_self_draft(progress: BenchProgress, config: EngineConfig, drafters: list[str]) -> None:
+    """The self drafter writes a draft the size of a quarter of the target into the cache: say so before it does."""
+    if "self" not in drafters or config.self_draft_dir is None:
+        return
+    path = self_draft_path(config.target, config.self_draft_layers, config.self_draft_dir)
+    if not path.exists():
+        progress.stage(f"the self drafter cuts a draft from the target into {path.parent} (made once, kept; "
+                       "`localspec clean` removes it)")
 
 
 def _llama_bench(args: argparse.Namespace, engine: Engine, result: BenchResult) -> None:

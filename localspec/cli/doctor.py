@@ -14,6 +14,7 @@ from importlib import metadata
 from localspec import __version__, paths
 from localspec.catalog.models_toml import load_catalog, user_catalog_path
 from localspec.catalog.pair_files import download_status, pair_states
+from localspec.cli.clean import describe_caches
 from localspec.engine import defaults
 from localspec.errors import LocalspecError
 from localspec.hub.config import HubConfig
@@ -61,7 +62,7 @@ def _print_paths(hub: HubConfig) -> None:
     _row("settings", str(settings_path()))
     _row("your pairs", str(user_catalog_path()))
     _row("conversations", str(paths.history_file()))
-    _row("cache", str(paths.cache_dir()))
+    _row("cache", f"{paths.cache_dir()}: {describe_caches()}")
     _row("llama.cpp log", str(paths.llama_log_file()))
     _row("models", f"{hub.cache_dir} (the Hugging Face cache)")
 

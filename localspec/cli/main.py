@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_model_commands(commands)
     commands.add_parser("doctor", help="what localspec sees: versions, backend, GPUs and memory, paths, downloaded pairs")
+    clean = commands.add_parser("clean", help="delete the self-drafts and measured costs localspec cached (never a download or a chat)")
+    clean.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     return parser
 
 
@@ -153,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from localspec.cli.doctor import run_doctor
 
             return run_doctor()
+        if args.command == "clean":
+            from localspec.cli.clean import run_clean
+
+            return run_clean(args)
         from localspec.cli.models import run_model_command
 
         return run_model_command(args)

@@ -22,8 +22,8 @@ from localspec.catalog.pair_files import (
     pull_pair,
     requests_for,
 )
+from localspec.cli.confirm import confirmed
 from localspec.cli.progress_bar import ProgressBar
-from localspec.errors import UsageError
 from localspec.gguf.split import split_parts
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
@@ -100,13 +100,9 @@ def _rm(config: HubConfig, pair_id: str, yes: bool) -> int:
             print(f"{pair_id}: nothing downloaded to remove.")
         return 0
     what = f"{len(removal.files)} file(s)" + (f" and {len(removal.partials)} partial download(s)" if removal.partials else "")
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"`rm {pair_id}` would delete {what}, {format_bytes(removal.total_bytes)}. Add --yes to delete without asking.")
-        answer = input(f"Delete {what} of {pair_id}, {format_bytes(removal.total_bytes)}? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            print("Nothing was deleted.")
-            return 1
+    if not confirmed(f"Delete {what} of {pair_id}, {format_bytes(removal.total_bytes)}?", yes, f"localspec rm {pair_id}"):
+        print("Nothing was deleted.")
+        return 1
     for label, size in carry_out(config, removal):
         print(f"removed {label} ({format_bytes(size)})")
     return 0

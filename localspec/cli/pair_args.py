@@ -59,4 +59,5 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, p
         self_draft_dir=paths.self_draft_dir(),
         self_draft_layers=getattr(args, "self_layers", None),
         self_draft_gpu_layers=plan.self_draft_gpu_layers,
+        cost_cache_dir=paths.cost_cache_dir(),
     )

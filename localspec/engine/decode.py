@@ -115,6 +115,7 @@ class Decoder:
                     break
             last = verdict.token
 
+        drafter.end()
         tail = "" if text.stopped else text.flush()
         if tail:
             yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps)

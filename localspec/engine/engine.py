@@ -34,6 +34,7 @@ class EngineConfig:
     # The self-draft's GPU layers. Only a memory plan that counted it may put it there (see plan_memory's
     # self_draft); otherwise it stays on the CPU, where it cannot take GPU memory the plan gave the others.
     self_draft_gpu_layers: int = 0
+    cost_cache_dir: Path | None = None  # where auto keeps the costs it measured, per pair and machine (None: measured each load)
 
 
 class Engine:
@@ -71,6 +72,10 @@ class Engine:
             self.target.ensure_sequences(spec.target_sequences)
             self._decoders[drafter] = Decoder(self.target, spec.build(self))
         return self._decoders[drafter]
+
+    @property
+    def cost_cache_dir(self) -> Path | None:
+        return self.config.cost_cache_dir
 
     def draft_model(self) -> Model:
         if self.draft is None:

@@ -82,6 +82,7 @@ class Model:
         self.config = config
         check_gguf_file(self.path)
         _init_backend()
+        llama_log.rotate_if_large()
         llama_log.take_recent_errors()
 
         model_params = llama_cpp.llama_model_default_params()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from localspec.units import format_bytes
+from localspec.units import format_bytes, format_eta
 
 
 class Phase(str, Enum):
@@ -56,14 +56,6 @@ class RateMeter:
             self._samples.popleft()
         (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
         return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
-
-
-def format_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "--:--"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
 
 
 def describe(progress: DownloadProgress) -> tuple[str, str]:

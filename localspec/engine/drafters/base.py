@@ -18,6 +18,8 @@ from localspec.engine.sampling import Distribution, SamplingParams
 from localspec.engine.stats import GenerationStats
 
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
+    from pathlib import Path
+
     from localspec.engine.model import Model
 
 
@@ -84,6 +86,9 @@ class Drafter(ABC):
     def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """The target verified `n_verified` tokens in `verify_ms`; a drafter that learns costs, or reports choices, does it here."""
 
+    def end(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """The generation ended (finished, stopped or cut); a drafter that keeps what it learned saves it here."""
+
 
 class NoDrafter(Drafter):
     """Plain decoding: proposes nothing, so every step is one target token."""
@@ -113,4 +118,9 @@ class DraftSources(Protocol):
 
     def self_draft(self) -> Model:
         """The target cut short (made and loaded on first use)."""
+        ...
+
+    @property
+    def cost_cache_dir(self) -> Path | None:
+        """Where measured costs are kept between runs (None: measured each time)."""
         ...

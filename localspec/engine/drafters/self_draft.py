@@ -89,14 +89,24 @@ def default_layers(n_layer: int) -> int:
     return max(1, n_layer // 4)
 
 
-def cached_self_draft(target: Path, n_layers: int | None, cache_dir: Path) -> SelfDraft:
-    """The self-draft for `target` with `n_layers` blocks (None: the default), made once and kept in `cache_dir`."""
+def _cut_plan(target: Path, n_layers: int | None, cache_dir: Path) -> tuple[Path, int, int]:
+    """Where the self-draft with `n_layers` blocks (None: the default) is kept, its block count, and the target's."""
     check_gguf_file(target)
     _, _, total = _block_count(gguf.GGUFReader(target))
     layers = n_layers if n_layers is not None else default_layers(total)
     stat = target.stat()
     identity = hashlib.sha256(f"{target.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    out = cache_dir / f"{target.stem}.{identity}.first{layers}.gguf"
+    return cache_dir / f"{target.stem}.{identity}.first{layers}.gguf", layers, total
+
+
+def self_draft_path(target: Path, n_layers: int | None, cache_dir: Path) -> Path:
+    """Where the self-draft for `target` is kept, made or not (to say so before making it)."""
+    return _cut_plan(target, n_layers, cache_dir)[0]
+
+
+def cached_self_draft(target: Path, n_layers: int | None, cache_dir: Path) -> SelfDraft:
+    """The self-draft for `target` with `n_layers` blocks (None: the default), made once and kept in `cache_dir`."""
+    out, layers, total = _cut_plan(target, n_layers, cache_dir)
     if out.is_file():
         return SelfDraft(out, layers, total, out.stat().st_size)
     return make_self_draft(target, out, layers)

@@ -18,28 +18,23 @@ doubling intervals, so that it can win back.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from localspec.engine.drafters.auto import cost_cache
+from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, NgramDrafter
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 
-if TYPE_CHECKING:  # annotations only
-    from localspec.engine.model import Model
-
-DECAY = 0.97  # per observation: the last ~30 steps weigh most
 EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losing...
 EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to this
-CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 16)
-SPIKE = 2.0  # a step slower than this many times the estimate is noise, not a cost
 MODEL_K_MAX = 8
 # A lookup run is judged by how far its source agrees with the text before the cursor: each class (by the least
 # agreement it holds) learns its own acceptance, starting from these priors (what the bench's prompts showed).
@@ -48,129 +43,6 @@ MATCH_CLASS_PRIORS = {2: 0.4, 4: 0.6, 8: 0.8, 16: 0.9}
 
 def match_class(match_length: int) -> int:
     return max((bound for bound in MATCH_CLASS_PRIORS if match_length >= bound), default=min(MATCH_CLASS_PRIORS))
-
-
-@dataclass
-class CostTable:
-    """Milliseconds the target takes to verify a batch of n tokens, and the draft model per one-token draft step."""
-
-    verify_ms: dict[int, float] = field(default_factory=dict)
-    draft_ms_per_token: float | None = None
-    fixed: bool = False  # costs measured elsewhere (a test, another machine): kept as given, not learned
-    observations: dict[int, float] = field(default_factory=dict)  # passes timed per batch size, calibration included
-
-    def verify(self, n: int) -> float:
-        """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes."""
-        if n in self.verify_ms:
-            return self.verify_ms[n]
-        sizes = sorted(self.verify_ms)
-        if not sizes:
-            return float(n)
-        below = [s for s in sizes if s < n]
-        above = [s for s in sizes if s > n]
-        if below and above:
-            lo, hi = below[-1], above[0]
-            return self.verify_ms[lo] + (self.verify_ms[hi] - self.verify_ms[lo]) * (n - lo) / (hi - lo)
-        if len(sizes) == 1:
-            return self.verify_ms[sizes[0]] * n / sizes[0]
-        a, b = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
-        slope = (self.verify_ms[b] - self.verify_ms[a]) / (b - a)
-        edge = b if below else a
-        return max(1e-3, self.verify_ms[edge] + slope * (n - edge))
-
-    def observe_verify(self, n: int, ms: float) -> None:
-        """Learn from one verify pass. A single token is timed nearly every step, so it tracks the machine's
-        speed (other load, clocks); when it moves, every batch size moves with it, or rarely drafted sizes
-        would keep costs from a faster moment and look cheaper than they are."""
-        if self.fixed:
-            return
-        old = self.verify_ms.get(n)
-        if old is not None and ms > SPIKE * old:  # another process took the CPU for a moment: not this batch's cost
-            return
-        seen = self.observations.get(n, 0.0)
-        # A plain mean while evidence is scarce (the calibration counts as its repeats), then a decaying one.
-        weight = max(1 - DECAY, 1 / (seen + 1))
-        new = ms if old is None else old + weight * (ms - old)
-        self.observations[n] = seen + 1
-        if n == 1 and old is not None:
-            for size in self.verify_ms:
-                self.verify_ms[size] *= new / old
-        else:
-            self.verify_ms[n] = new
-
-    def observe_draft(self, ms_per_token: float) -> None:
-        if self.fixed:
-            return
-        old = self.draft_ms_per_token
-        self.draft_ms_per_token = ms_per_token if old is None else DECAY * old + (1 - DECAY) * ms_per_token
-
-    def draft_batch(self, n: int) -> float:
-        """The draft's cost for a batch of n tokens (a catch-up): its one-token cost, scaled as the target's batches scale."""
-        assert self.draft_ms_per_token is not None
-        return self.draft_ms_per_token * self.verify(n) / self.verify(1)
-
-
-def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = 3) -> CostTable:
-    """Time the target on each batch size and the draft on single tokens, from an empty cache (then emptied again).
-
-    The machine's speed drifts (other load, clocks) by more than the differences that decide K, so sizes are
-    timed in turn within each repeat, each size's cost is taken relative to the single token timed beside it,
-    and the median of those ratios scales the median single-token time: a shape that drift does not bend.
-    """
-    table = CostTable()
-    token = target.bos if target.bos >= 0 else 0
-    sizes = [n for n in sizes if n <= target.n_batch]
-    runs: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(repeats):
-        for n in sizes:
-            target.truncate(0)
-            start = time.perf_counter()
-            target.decode([token] * n, outputs=n)
-            runs[n].append((time.perf_counter() - start) * 1000)
-    target.truncate(0)
-    if 1 in runs:
-        one = statistics.median(runs[1])
-        for n, times in runs.items():
-            table.verify_ms[n] = one * statistics.median(ms / single for ms, single in zip(times, runs[1]))
-            table.observations[n] = repeats
-    if draft is not None:
-        draft.truncate(0)
-        draft.decode([token], outputs=1)
-        start = time.perf_counter()
-        for _ in range(3):
-            draft.decode([token], outputs=1)
-        table.draft_ms_per_token = (time.perf_counter() - start) * 1000 / 3
-        draft.truncate(0)
-    return table
-
-
-@dataclass
-class AcceptanceModel:
-    """How often draft position i survives, given that the positions before it did; decayed counts with a prior."""
-
-    prior: float  # the rate assumed before any evidence
-    hits: list[float] = field(default_factory=list)
-    tries: list[float] = field(default_factory=list)
-
-    def rate(self, i: int) -> float:
-        if i >= len(self.tries):
-            return self.prior if not self.tries else self.rate(len(self.tries) - 1)
-        return (self.hits[i] + 2 * self.prior) / (self.tries[i] + 2)
-
-    def expected_accepted(self, k: int) -> float:
-        total, survive = 0.0, 1.0
-        for i in range(k):
-            survive *= self.rate(i)
-            total += survive
-        return total
-
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        while len(self.tries) < n_drafted:
-            self.hits.append(0.0)
-            self.tries.append(0.0)
-        for i in range(min(n_drafted, n_accepted + 1)):  # positions past the first rejection were never judged
-            self.tries[i] = DECAY * self.tries[i] + 1
-            self.hits[i] = DECAY * self.hits[i] + (1 if i < n_accepted else 0)
 
 
 @dataclass(frozen=True)
@@ -204,8 +76,10 @@ class AutoDrafter(Drafter):
 
     name = "auto"
 
-    def __init__(self, costs: CostTable, model: ModelDrafter | None = None, ngram: NgramDrafter | None = None) -> None:
+    def __init__(self, costs: CostTable, model: ModelDrafter | None = None, ngram: NgramDrafter | None = None,
+                 costs_file: Path | None = None) -> None:
         self.costs = costs
+        self.costs_file = costs_file  # where the learned costs are kept between runs (None: not kept)
         self.model = model
         self.models = model.models if model is not None else ()
         self.ngram = ngram or NgramDrafter()
@@ -299,6 +173,11 @@ class AutoDrafter(Drafter):
         for drafter in self._drafters():
             drafter.advance(tokens)
 
+    def end(self) -> None:
+        """Keep what this generation taught about the costs for the next run."""
+        if self.costs_file is not None and not self.costs.fixed:
+            cost_cache.save(self.costs_file, self.costs)
+
     def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
         """Learn the verify cost, and report this step's choice and prediction in the statistics."""
         self.costs.observe_verify(n_verified, verify_ms)
@@ -307,7 +186,10 @@ class AutoDrafter(Drafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    # The costs are timed here, on first use: a few target passes. The draft model reads the prompt only if auto
-    # picks it: on a machine where it never pays, the first token does not wait for a draft prefill.
+    # The costs come from the cache when this pair ran on this machine before; else a few target passes time them
+    # now. The draft model reads the prompt only if auto picks it: where it never pays, the first token does not
+    # wait for a draft prefill.
+    costs_file = cost_cache.cache_file(sources.cost_cache_dir, sources.target, sources.draft) if sources.cost_cache_dir else None
+    costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, sources.draft)
     model = ModelDrafter(sources.draft, lazy_start=True) if sources.draft is not None else None
-    return AutoDrafter(calibrate(sources.target, sources.draft), model)
+    return AutoDrafter(costs, model, costs_file=costs_file)

@@ -1,0 +1,36 @@
+"""How often each draft position is accepted, learned with decay, so a change of text shows within a few steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from localspec.engine.drafters.auto.costs import DECAY
+
+
+@dataclass
+class AcceptanceModel:
+    """How often draft position i survives, given that the positions before it did; decayed counts with a prior."""
+
+    prior: float  # the rate assumed before any evidence
+    hits: list[float] = field(default_factory=list)
+    tries: list[float] = field(default_factory=list)
+
+    def rate(self, i: int) -> float:
+        if i >= len(self.tries):
+            return self.prior if not self.tries else self.rate(len(self.tries) - 1)
+        return (self.hits[i] + 2 * self.prior) / (self.tries[i] + 2)
+
+    def expected_accepted(self, k: int) -> float:
+        total, survive = 0.0, 1.0
+        for i in range(k):
+            survive *= self.rate(i)
+            total += survive
+        return total
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        while len(self.tries) < n_drafted:
+            self.hits.append(0.0)
+            self.tries.append(0.0)
+        for i in range(min(n_drafted, n_accepted + 1)):  # positions past the first rejection were never judged
+            self.tries[i] = DECAY * self.tries[i] + 1
+            self.hits[i] = DECAY * self.hits[i] + (1 if i < n_accepted else 0)

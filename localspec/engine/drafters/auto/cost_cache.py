@@ -1,0 +1,69 @@
+"""auto's cost table, kept between runs: measured once per model file and machine, then refined by every answer.
+
+Timing every batch size at load made the first token wait 10 s on an idle
+2-core machine and over a minute on a busy one. Now the first use of a pair
+times a few short passes, the decode loop refines the table from real steps,
+and the table is saved when a generation ends; the next load reads it and times
+nothing. It is keyed by what the costs depend on: both model files, the
+llama.cpp build (its version and the CPU features and backends it reports),
+the thread count and the GPU layers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import llama_cpp
+
+from localspec.engine.drafters.auto.costs import CostTable
+
+if TYPE_CHECKING:
+    from localspec.engine.model import Model
+
+FORMAT = 1  # bumped when the table's meaning changes: older files are then ignored
+
+
+def _file_identity(model: Model) -> str:
+    stat = model.path.stat()
+    return f"{model.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def cache_file(directory: Path, target: Model, draft: Model | None) -> Path:
+    parts = [f"format {FORMAT}", llama_cpp.__version__, llama_cpp.llama_print_system_info().decode(errors="replace"),
+             f"threads {target.n_threads}", f"target {_file_identity(target)} gpu {target.config.resolved_gpu_layers()}"]
+    if draft is not None:
+        parts.append(f"draft {_file_identity(draft)} gpu {draft.config.resolved_gpu_layers()} threads {draft.n_threads}")
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+    return directory / f"{target.path.stem}.{key}.json"
+
+
+def load(path: Path) -> CostTable | None:
+    """The saved table, or None when there is none (or it cannot be read: then it is measured again)."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return CostTable(
+            verify_ms={int(n): float(ms) for n, ms in data["verify_ms"].items()},
+            draft_ms_per_token=None if data.get("draft_ms_per_token") is None else float(data["draft_ms_per_token"]),
+            observations={int(n): float(c) for n, c in data.get("observations", {}).items()},
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def save(path: Path, table: CostTable) -> None:
+    """Atomically; a cache that cannot be written only means measuring again next time."""
+    data = {"verify_ms": {str(n): ms for n, ms in sorted(table.verify_ms.items())}, "draft_ms_per_token": table.draft_ms_per_token,
+            "observations": {str(n): c for n, c in sorted(table.observations.items())}}
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        temporary.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
