@@ -458,3 +458,60 @@ async def test_storage_that_stops_taking_writes_mid_chat_loses_nothing(setup: Se
         assert app.query_one("#prompt").text == ""  # the prompt went into the conversation
     stored = History(setup.history)  # the app's last try at closing wrote the session back
     assert [m.content for m in stored.messages(stored.conversations()[0].id)][-2:] == ["the quick brown fox", second.text]
+
+
+def read_whole(widget) -> str:  # type: ignore[no-untyped-def]
+    """The text a widget shows, after checking that none of it runs past the screen's edge (where it would be cut)."""
+    assert widget.region.right <= widget.screen.region.right and widget.region.x >= 0, (widget, widget.region)
+    return " ".join(" ".join(strip.text.split()) for strip in widget.render_lines(widget.region.reset_offset)).strip()
+
+
+@run_async
+async def test_every_dialog_and_notice_reads_whole_at_80_by_24(setup: Setup, tiny):
+    """At 80x24 the first-run question read "...is not downlo", and the add-pair form's intro and errors were cut."""
+    from textual.widgets import DataTable, Label, Select
+
+    from localspec.tui.models_screen import AddPairDialog
+    from tests.test_models_cli import tiny_pair
+
+    hub_pair = tiny_pair("tiny-hub", "target", "near").replace('title = "Tiny tiny-hub"', 'title = "Qwen2.5-Coder 1.5B Instruct with its 0.5B draft"')
+    setup.write(hub_pair + local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny-hub")
+    app = setup.app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:  # toasts drawn, to be read
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        question = read_whole(app.screen.query_one(Label))
+        assert question.endswith("is not downloaded yet (size unknown). Download it now?") and question.startswith("Qwen2.5-Coder 1.5B")
+        await pilot.press("y")  # the hub is unreachable here: the notice says how to use local files instead
+        await wait_for(pilot, lambda: any("F2, then a" in n.message for n in app._notifications))
+        assert any(n.message.startswith("Cannot reach the hub") for n in app._notifications)
+        from textual.widgets._toast import Toast
+
+        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+        await wait_for(pilot, lambda: any("F2, then" in read_whole(toast) for toast in app.screen.query(Toast)))
+        shown = " ".join(" ".join(read_whole(toast) for toast in app.screen.query(Toast)).replace("▌", " ").split())  # wrapped, inside
+        assert "GGUF files already on this machine can be added as a pair: F2, then a." in shown
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        title = read_whole(app.screen.query_one(".title"))
+        assert title.startswith("Models: Enter uses") and title.endswith("a adds your own")
+        table = app.screen.query_one(DataTable)
+        local_row = table.get_row("tiny")
+        size = tiny["target"].stat().st_size + tiny["near"].stat().st_size
+        assert local_row[3] != "?" and local_row[3].split()[0] in (f"{size / 1000:.1f}", f"{size / 1e6:.1f}")  # its real size
+
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, AddPairDialog))
+        intro = read_whole(app.screen.query_one(Label))
+        assert intro.endswith("or OWNER/REPO/FILE.gguf on the hub.")
+        await pilot.press(*"mine", "tab", *"Mine", "tab", *"owner/model.gguf", "tab", *str(tiny["near"]), "enter")  # Enter saves
+        error = app.screen.query_one("#add-error")
+        await wait_for(pilot, lambda: bool(read_whole(error)))
+        assert read_whole(error).endswith("is neither a local .gguf path nor OWNER/REPO/FILE.gguf.")
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+
+        await pilot.press("f3")  # opens with the first field focused
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        assert isinstance(app.focused, Select) and app.focused.id == "drafter"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.screen_stack) == 1)

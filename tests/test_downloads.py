@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from dataclasses import replace
 
 import pytest
@@ -20,7 +21,7 @@ from tests.hub_server import Fault, LoopbackHub
 REPO = "org/model-GGUF"
 
 
-def payload(n: int, seed: int = 0) -> bytes:
+def noise(n: int, seed: int) -> bytes:
     """Deterministic bytes that differ everywhere, so a misplaced resume cannot hash right by luck."""
     out = bytearray()
     counter = 0
@@ -28,6 +29,17 @@ def payload(n: int, seed: int = 0) -> bytes:
         out += hashlib.sha256(f"{seed}:{counter}".encode()).digest()
         counter += 1
     return bytes(out[:n])
+
+
+def payload(n: int, seed: int = 0) -> bytes:
+    """An n-byte GGUF file (every pulled .gguf is checked to be one): one int8 tensor holding noise after the header."""
+    name = b"noise"
+    header = b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", len(name)) + name + struct.pack("<I", 1)
+    data_start = -(-(len(header) + 8 + 12) // 32) * 32  # the tensor's shape, type and offset, then GGUF's 32-byte alignment
+    if n < data_start + 1:
+        return noise(n, seed)  # too small to be a GGUF: only for files the tests never finish pulling
+    header += struct.pack("<Q", n - data_start) + struct.pack("<IQ", 24, 0)  # GGML_TYPE_I8 = 24, at offset 0
+    return header + bytes(data_start - len(header)) + noise(n - data_start, seed)
 
 
 def downloader(config, events: list[DownloadProgress] | None = None, **kwargs) -> Downloader:
@@ -225,3 +237,28 @@ def test_remove_deletes_the_blob_and_the_link(hub: LoopbackHub, hub_config):
     assert cache.remove(hub_config, REPO, "m.gguf") == 4096
     assert not path.exists() and not blob.exists()
     assert cache.remove(hub_config, REPO, "m.gguf") == 0
+
+
+def test_the_progress_line_fits_the_terminal_so_it_redraws_in_place():
+    """With real file names the line ran to ~125 characters: at 100 and 120 columns it wrapped, and every refresh printed a new line."""
+    import io
+
+    from localspec.cli.progress_bar import ProgressBar, render
+
+    name = "Qwen/Qwen2.5-Coder-32B-Instruct-GGUF/qwen2.5-coder-32b-instruct-q4_k_m-00001-of-00005.gguf"
+    progress = DownloadProgress(name, Phase.DOWNLOADING, 1, 2, 412_000_000, 3_993_000_000, 412_000_000, 5_000_000_000, 38_100_000.0)
+    for columns in (40, 60, 80, 100, 120, 200):
+        line = render(progress, columns)
+        assert len(line) < columns, (columns, line)
+        assert line.startswith("[1/2] qwen2.") and "412.0 MB / 4.0 GB" in line  # the count, the name's ends, the bytes stay
+        assert ("ETA 02:00" in line) == (columns >= 60) and ("░" in line) == (columns >= 200)
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    bar = ProgressBar(terminal)
+    for done in range(0, 3_993_000_000, 500_000_000):
+        bar(DownloadProgress(name, Phase.DOWNLOADING, 1, 2, done, 3_993_000_000, done, 5_000_000_000, 38_100_000.0))
+    assert "\n" not in terminal.getvalue() and terminal.getvalue().count("\r") == 8  # redrawn in place

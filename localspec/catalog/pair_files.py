@@ -57,6 +57,11 @@ def pair_states(config: HubConfig, pair: Pair) -> tuple[ModelState, ModelState]:
     return model_state(config, pair.target), model_state(config, pair.draft)
 
 
+def pair_size(states: tuple[ModelState, ModelState]) -> int:
+    """Bytes the pair takes: the catalog's size for hub files, the size on disk for local ones (0: unknown)."""
+    return sum(state.bytes_on_disk if state.ref.is_local else state.ref.size or 0 for state in states)
+
+
 def download_status(states: tuple[ModelState, ModelState]) -> str:
     """"yes", "target only", "draft only" or "no": what `list` and the models screen show."""
     target, draft = states

@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from typing import TextIO
 
 from localspec.hub.progress import DownloadProgress, Phase, describe
 
 BAR_WIDTH = 24
+MIN_BAR_WIDTH = 8
+MIN_NAME = 12  # a file name shortened below this says nothing
 
 
-def render(progress: DownloadProgress, width: int = BAR_WIDTH) -> str:
-    """`[2/3] name  ███████░░░  412.0 MB / 1.1 GB  38.1 MB/s  ETA 00:18  (total 40%)`"""
-    fraction = progress.file_done / progress.file_total if progress.file_total else 0.0
-    filled = int(round(fraction * width))
+def render(progress: DownloadProgress, columns: int = 10_000) -> str:
+    """`[2/3] name  ███████░░░  412.0 MB / 1.1 GB  38.1 MB/s  ETA 00:18  (total 40%)`, in fewer than `columns` characters.
+
+    A line that wraps cannot be redrawn in place (each refresh would print a new one), so a narrow terminal
+    gets a shorter bar, then none, then the file name shortened in its middle, then the least needed figures
+    dropped (the total, the time left, the speed); the file's count and its bytes always stay.
+    """
     head, tail = describe(progress)
-    return f"{head}  {'█' * filled + '░' * (width - filled)}  {tail}"
+    room = columns - 1  # the last column would wrap on some terminals
+    bar = min(BAR_WIDTH, room - len(head) - len(tail) - 4)
+    if bar >= MIN_BAR_WIDTH:
+        fraction = progress.file_done / progress.file_total if progress.file_total else 0.0
+        filled = int(round(fraction * bar))
+        return f"{head}  {'█' * filled + '░' * (bar - filled)}  {tail}"
+    count, name = head.split(" ", 1)
+    figures = tail.split("  ")
+    while len(figures) > 1 and len(count) + 1 + MIN_NAME + 2 + len("  ".join(figures)) > room:
+        figures.pop()
+    tail = "  ".join(figures)
+    name_room = room - len(count) - 1 - 2 - len(tail)
+    if len(name) > name_room:
+        keep = max(name_room - 1, MIN_NAME - 1)
+        name = name[: keep - keep // 2] + "…" + name[len(name) - keep // 2 :]
+    return f"{count} {name}  {tail}"[:room]
 
 
 class ProgressBar:
@@ -28,7 +49,7 @@ class ProgressBar:
         self._width = 0
 
     def __call__(self, progress: DownloadProgress) -> None:
-        line = render(progress)
+        line = render(progress, shutil.get_terminal_size().columns) if self._tty else render(progress)
         if self._tty:
             padding = " " * max(0, self._width - len(line))
             self._stream.write("\r" + line + padding)

@@ -9,6 +9,10 @@ class HubError(LocalspecError):
     """A download or a remote read failed; the message says why and what to do."""
 
 
+class HubUnreachableError(HubError):
+    """The hub cannot be reached (no network, or HF_HUB_OFFLINE): only files already here can be used."""
+
+
 class DownloadCancelled(HubError):
     """The user stopped a download; the partial file is kept so that the next pull resumes."""
 

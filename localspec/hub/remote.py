@@ -28,7 +28,7 @@ from huggingface_hub.utils import get_session, hf_raise_for_status
 
 from localspec.gguf.header import GGUFHeader, read_header
 from localspec.hub.config import HubConfig
-from localspec.hub.errors import HubError
+from localspec.hub.errors import HubError, HubUnreachableError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 TIMEOUT_S = 30.0
@@ -56,7 +56,7 @@ class RemoteFile:
 
 
 def offline_error(config: HubConfig, label: str) -> HubError:
-    return HubError(
+    return HubUnreachableError(
         f"HF_HUB_OFFLINE is set and {label} is not in the Hugging Face cache at {config.cache_dir}. "
         "Unset HF_HUB_OFFLINE to download it, or pick a pair that is already downloaded (`localspec list`)."
     )
@@ -91,7 +91,7 @@ def translated_errors(config: HubConfig, repo: str, file: str) -> Iterator[None]
             ) from exc
         raise HubError(f"The hub answered HTTP {status} for {repo}/{file}. Try again later; if it persists, check {page}.") from exc
     except (httpx2.TransportError, ConnectionError) as exc:
-        raise HubError(
+        raise HubUnreachableError(
             f"Cannot reach the hub at {config.endpoint} for {repo}/{file} ({exc}). "
             "Check the network connection, or set HF_HUB_OFFLINE=1 to work with downloaded models only."
         ) from exc

@@ -12,6 +12,7 @@ from localspec.tui.conversation_list import ConversationItem, ConversationList
 from localspec.tui.dialogs import ConfirmDialog, TextDialog
 from localspec.tui.message_view import MessageView, answer_note
 from localspec.tui.prompt_input import PromptInput
+from localspec.tui.stats_panel import StatsPanel
 
 
 class ConversationControl:
@@ -44,6 +45,7 @@ class ConversationControl:
     def action_new_conversation(self) -> None:
         if not self.busy():
             self.show_conversation(self.history.create().id)
+            self.query_one(StatsPanel).clear()
             self.query_one(PromptInput).focus()
 
     def action_rename_conversation(self) -> None:

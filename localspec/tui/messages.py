@@ -62,6 +62,7 @@ class DownloadFailed(Message):
     pair_id: str
     error: str
     cancelled: bool
+    unreachable: bool = False  # no network or HF_HUB_OFFLINE: the app then says how to use local files
 
 
 @dataclass

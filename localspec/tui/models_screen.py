@@ -12,7 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from localspec.catalog.models_toml import CatalogError, Pair
-from localspec.catalog.pair_files import PairCheck, download_status, pair_states
+from localspec.catalog.pair_files import PairCheck, download_status, pair_size, pair_states
 from localspec.catalog.user_pairs import add_user_pair
 from localspec.tui import messages as m
 from localspec.tui import workers
@@ -71,10 +71,11 @@ class ModelsScreen(Screen[None]):
         selected = table.cursor_row
         table.clear()
         for pair in app.catalog.pairs.values():  # type: ignore[attr-defined]
-            status = download_status(pair_states(app.hub_config, pair))  # type: ignore[attr-defined]
+            states = pair_states(app.hub_config, pair)  # type: ignore[attr-defined]
+            status = download_status(states)
             if pair.id == app.downloading_pair:  # type: ignore[attr-defined]
                 status = "downloading"
-            size = sum(ref.size or 0 for ref in (pair.target, pair.draft))
+            size = pair_size(states)
             loaded = app.loaded is not None and app.loaded.pair.id == pair.id  # type: ignore[attr-defined]
             table.add_row("▶" if loaded else "", pair.id, status, format_bytes(size) if size else "?",
                           f"{pair.memory_gib:.1f} GiB" if pair.memory_gib else "?", ", ".join(pair.tags), key=pair.id)
@@ -171,10 +172,19 @@ class AddPairDialog(ModalScreen["str | None"]):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
 
+    def on_mount(self) -> None:
+        self.query_one("#pair-id", Input).focus()
+
+    def on_input_submitted(self) -> None:
+        self.save()
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id != "save":
+        if event.button.id == "save":
+            self.save()
+        else:
             self.dismiss(None)
-            return
+
+    def save(self) -> None:
         values = {name: self.query_one(f"#pair-{name}", Input).value for name in ("id", "title", "target", "draft")}
         try:
             pair = add_user_pair(self.app.catalog_file, values["id"], values["title"], values["target"], values["draft"])  # type: ignore[attr-defined]

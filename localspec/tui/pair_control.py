@@ -136,7 +136,8 @@ class PairControl:
 
     def on_download_failed(self, message: m.DownloadFailed) -> None:
         self.download_cancel = self.downloading_pair = None
-        self.notify(message.error, severity="information" if message.cancelled else "error", timeout=15)
+        hint = " GGUF files already on this machine can be added as a pair: F2, then a." if message.unreachable else ""
+        self.notify(message.error + hint, severity="information" if message.cancelled else "error", timeout=20)
         self._forward(message)
 
     def on_check_done(self, message: m.CheckDone) -> None:

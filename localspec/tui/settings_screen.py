@@ -72,6 +72,9 @@ class SettingsScreen(ModalScreen["Settings | None"]):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
 
+    def on_mount(self) -> None:
+        self.query_one("#drafter", Select).focus()  # the keyboard starts in the form, not nowhere
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "save":
             self.action_save()

@@ -77,6 +77,12 @@ class StatsPanel(Widget):
     def render(self) -> Text:
         return self._text
 
+    def clear(self) -> None:
+        """Back to the idle text: a new conversation has no numbers yet."""
+        self.last_snapshot = None
+        self._text = self.IDLE
+        self.refresh()
+
     def show(self, snapshot: StatsSnapshot) -> None:
         self.last_snapshot = snapshot
         self._text = render_snapshot(snapshot)

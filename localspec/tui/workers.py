@@ -19,7 +19,7 @@ from localspec.engine.errors import LoadCancelled
 from localspec.errors import LocalspecError
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
-from localspec.hub.errors import DownloadCancelled
+from localspec.hub.errors import DownloadCancelled, HubUnreachableError
 from localspec.session.chat import AnswerUpdate, LoadedPair, load_pair, stream_answer
 from localspec.session.history import History
 from localspec.session.settings import Settings
@@ -65,6 +65,9 @@ def download(post: Post, config: HubConfig, pair: Pair, cancel: threading.Event)
         pull_pair(downloader, pair)
     except DownloadCancelled as exc:
         post(m.DownloadFailed(pair.id, str(exc), cancelled=True))
+        return
+    except HubUnreachableError as exc:
+        post(m.DownloadFailed(pair.id, str(exc), cancelled=False, unreachable=True))
         return
     except LocalspecError as exc:
         post(m.DownloadFailed(pair.id, str(exc), cancelled=False))
