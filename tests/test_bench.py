@@ -154,3 +154,11 @@ def test_llama_speculative_simple_output_is_parsed():
     )
     assert parse_speculative_simple(output) == ReferenceRun(10.21, 129, 99, 96)
     assert parse_speculative_simple("E failed to initialize speculative decoding") is None
+
+
+def test_a_prompt_file_that_cannot_be_read_is_a_usage_error_before_loading(tmp_path, tiny):
+    """bench --prompts /nonexistent.jsonl once ended in a FileNotFoundError traceback."""
+    result = bench(tmp_path, tiny, "--prompts", str(tmp_path / "nonexistent.jsonl"), charts=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--prompts" in result.stderr and "nonexistent.jsonl: the file cannot be read (No such file or directory)" in result.stderr
+    assert "loading the pair" not in result.stderr  # refused before any model loads

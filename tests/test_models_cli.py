@@ -168,7 +168,7 @@ def test_check_local_files_directly(tiny: dict[str, Path], hub_env: dict[str, st
     bad = cli("check", "--target", str(tiny["target"]), "--draft", str(tiny["other_vocab"]), env=hub_env)
     assert bad.returncode == 1 and "incompatible: The draft and target cannot be used together" in bad.stderr
     missing = cli("check", "--target", str(tiny["target"]), "--draft", "./nowhere.gguf", env=hub_env)
-    assert missing.returncode == 1 and "Local model file not found" in missing.stderr
+    assert missing.returncode == 1 and "Model file not found: nowhere.gguf. Check the path" in missing.stderr
 
 
 def test_a_hub_cache_that_cannot_be_written_is_a_clear_error(tiny_hub: LoopbackHub, hub_env: dict[str, str], tmp_path: Path):
