@@ -124,6 +124,8 @@ def test_options_are_checked_before_anything_loads(tmp_path):
         result = cli("generate", "--target", missing, *prompt, option, value)
         assert (result.returncode, "Traceback" in result.stderr) == (2, False), (option, result.stderr)
         assert expected in result.stderr and "never-loaded" not in result.stderr, (option, result.stderr)
+    tree = cli("generate", "--target", missing, "--prompt", "hi", "--drafter", "tree")  # no draft given
+    assert tree.returncode == 2 and "--drafter tree needs a draft model" in tree.stderr
     rounds = cli("bench", "--target", missing, "--rounds", "0")
     assert rounds.returncode == 2 and "--rounds 0 is out of range" in rounds.stderr
 

@@ -104,7 +104,7 @@ def parse_drafters(text: str | None, have_draft_model: bool) -> list[str]:
     needing = [n for n in names if registry.DRAFTERS[n].needs_draft_model]
     if needing and not have_draft_model:
         without = ", ".join(d for d in BENCH_DRAFTERS if d in registry.NO_DRAFT_MODEL)
-        raise UsageError(f"{', '.join(needing)} need a draft model: give --draft (or --pair), or bench {without} only.")
+        raise UsageError(f"{', '.join(needing)} {'needs' if len(needing) == 1 else 'need'} a draft model: give --draft (or --pair), or bench {without} only.")
     return list(dict.fromkeys(names))
 
 

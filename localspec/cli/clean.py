@@ -33,7 +33,7 @@ def run_clean(args: argparse.Namespace) -> int:
         print("Nothing to clean: localspec has no self-drafts or measured costs cached.")
         return 0
     total = sum(size for *_, size in caches)
-    if not confirmed(f"Delete {', '.join(what for what, *_ in caches)} ({format_bytes(total)})? They are remade when needed.",
+    if not confirmed(f"delete the {' and the '.join(what for what, *_ in caches)} ({format_bytes(total)}; remade when needed)",
                      args.yes, "localspec clean"):
         print("Nothing was deleted.")
         return 1

@@ -7,10 +7,11 @@ import sys
 from localspec.errors import UsageError
 
 
-def confirmed(question: str, yes: bool, command: str) -> bool:
-    """True to go ahead. `command` is what the user typed, for the message when there is no one to ask."""
+def confirmed(action: str, yes: bool, command: str) -> bool:
+    """True to go ahead with `action` ("delete 2 files of PAIR, 1.4 GB"). `command` is what the user typed, for the
+    message when there is no one to ask."""
     if yes:
         return True
     if not sys.stdin.isatty():
-        raise UsageError(f"`{command}` would {question[0].lower()}{question[1:]} Add --yes to go ahead without asking.")
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+        raise UsageError(f"`{command}` would {action}. Add --yes to go ahead without asking.")
+    return input(f"{action[0].upper()}{action[1:]}? [y/N] ").strip().lower() in ("y", "yes")

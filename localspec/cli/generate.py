@@ -9,10 +9,12 @@ import sys
 from localspec.cli.pair_args import engine_config_from_args, memory_plan_from_args, resolve_models
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens, with_system
 from localspec.engine.decode import GenerationConfig
+from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
+from localspec.errors import UsageError
 from localspec.machine.device import device_record
 
 
@@ -20,6 +22,9 @@ def run_generate(args: argparse.Namespace) -> int:
     resolve_models(args)
     if args.no_draft:
         args.drafter, args.draft_max = "none", 0
+    elif args.draft is None and registry.DRAFTERS[args.drafter].needs_draft_model:  # said before the target loads
+        raise UsageError(f"--drafter {args.drafter} needs a draft model: give --draft (or --pair), "
+                         f"or pick one that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
     config = _generation_config(args)
     plan = memory_plan_from_args(args, with_draft=not args.no_draft)
     for warning in plan.warnings:

@@ -100,7 +100,7 @@ def _rm(config: HubConfig, pair_id: str, yes: bool) -> int:
             print(f"{pair_id}: nothing downloaded to remove.")
         return 0
     what = f"{len(removal.files)} file(s)" + (f" and {len(removal.partials)} partial download(s)" if removal.partials else "")
-    if not confirmed(f"Delete {what} of {pair_id}, {format_bytes(removal.total_bytes)}?", yes, f"localspec rm {pair_id}"):
+    if not confirmed(f"delete {what} of {pair_id}, {format_bytes(removal.total_bytes)}", yes, f"localspec rm {pair_id}"):
         print("Nothing was deleted.")
         return 1
     for label, size in carry_out(config, removal):
