@@ -37,7 +37,7 @@ def test_the_bench_sweeps_every_fixed_drafter():
     assert set(BENCH_DRAFTERS) == set(DRAFTERS) - {"auto", "none"}
     without_draft = parse_drafters(None, have_draft_model=False)
     assert without_draft == [name for name in BENCH_DRAFTERS if not DRAFTERS[name].needs_draft_model]
-    with pytest.raises(UsageError, match="tree need a draft model"):
+    with pytest.raises(UsageError, match="tree needs a draft model"):
         parse_drafters("ngram,tree", have_draft_model=False)
 
 
