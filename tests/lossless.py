@@ -14,7 +14,12 @@ machine picks is not the engine's doing. So every comparison here takes one of t
 
 from __future__ import annotations
 
-from tests.conftest import Run
+from pathlib import Path
+
+from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from tests.conftest import Run, run
 
 NEAR_TIE_TINY = 0.01  # 2.5 x the largest batched-versus-single logit difference measured on the tiny models
 
@@ -52,3 +57,12 @@ def assert_clear_of_ties(plain: Run, near_tie: float = NEAR_TIE_TINY) -> None:
         f"the test's prompt has a near-tie at token {worst} (top-2 gap {gaps[worst]:.4f}): "
         "exact agreement there depends on the machine's rounding; pick a prompt or length clear of ties"
     )
+
+
+def plain_text(target: Path, prompt: str, max_tokens: int) -> str:
+    """The target's greedy answer, checked clear of near-ties: a front door's speculative answer must equal it on any machine."""
+    with Engine(EngineConfig(target)) as engine:
+        tokens = chat_prompt_tokens(engine.target, [Message("user", prompt)])
+        plain = run(engine.plain, tokens, GenerationConfig(max_tokens=max_tokens))
+    assert_clear_of_ties(plain)
+    return plain.text

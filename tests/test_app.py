@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import Decoder, GenerationConfig
-from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.decode import Decoder
 from localspec.hub.config import HubConfig
 from localspec.session.history import History
 from localspec.session.settings import Settings, save_settings
@@ -28,9 +26,8 @@ from localspec.tui.message_view import MessageView
 from localspec.tui.models_screen import ModelsScreen
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
-from tests.conftest import run
 from tests.hub_server import Fault, LoopbackHub
-from tests.lossless import assert_clear_of_ties
+from tests.lossless import plain_text
 
 
 def local_pair(pair_id: str, target: Path, draft: Path) -> str:
@@ -88,15 +85,6 @@ async def ask(pilot, app: LocalspecApp, text: str) -> MessageView:  # type: igno
     await pilot.press("enter")
     await wait_for(pilot, lambda: len(answers(app)) > before and app.streaming is None)
     return answers(app)[-1]
-
-
-def plain_text(target: Path, prompt: str, max_tokens: int) -> str:
-    """The target's greedy answer, checked clear of near-ties: the app's speculative answer must equal it on any machine."""
-    with Engine(EngineConfig(target)) as engine:
-        tokens = chat_prompt_tokens(engine.target, [Message("user", prompt)])
-        plain = run(engine.plain, tokens, GenerationConfig(max_tokens=max_tokens))
-    assert_clear_of_ties(plain)
-    return plain.text
 
 
 @run_async

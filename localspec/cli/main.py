@@ -114,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--llama-cpp-bin", type=Path,
                        help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
 
+    serve = commands.add_parser("serve", help="an OpenAI- and llama.cpp-compatible server for editors and agents, on this machine")
+    _add_model_args(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but /health (needed beyond loopback)")
+    serve.add_argument("--insecure-no-api-key", action="store_true", help="listen beyond this machine without a key (a trusted network only)")
+    serve.add_argument("--alias", help="the model name clients see (default: the pair id, else the target file's name)")
+    _add_draft_args(serve)
+
     make_draft = commands.add_parser("make-draft", help="cut a self-speculative draft from a target: its first N blocks and its output head")
     make_draft.add_argument("target", type=Path, metavar="TARGET.gguf")
     make_draft.add_argument("out", type=Path, metavar="OUT.gguf")
@@ -151,6 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             resolve_models(args)
             return run_bench(args, engine_config_from_args(args))
+        if args.command == "serve":
+            from localspec.cli.serve import run_serve
+
+            return run_serve(args)
         if args.command == "doctor":
             from localspec.cli.doctor import run_doctor
 

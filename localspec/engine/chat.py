@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -34,6 +34,16 @@ def with_system(system: str | None, messages: Sequence[Message]) -> list[Message
 
 def render_chat(model: Model, messages: list[Message]) -> str:
     """The prompt text for `messages`, ending where the assistant's answer begins."""
+    return render_messages(model, [{"role": m.role, "content": m.content} for m in messages])
+
+
+def supports_tools(model: Model) -> bool:
+    """Whether the model's chat template renders tool definitions (it reads the `tools` variable)."""
+    return "tools" in (model.chat_template() or "")
+
+
+def render_messages(model: Model, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """The prompt text for OpenAI-shaped messages (tool calls and tool results included) and tool definitions."""
     template = model.chat_template()
     if not template:
         raise ChatTemplateError(
@@ -44,7 +54,7 @@ def render_chat(model: Model, messages: list[Message]) -> str:
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
     try:
         formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
-        return formatter(messages=[{"role": m.role, "content": m.content} for m in messages]).prompt
+        return formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]
     except (jinja2.TemplateError, ValueError, TypeError) as exc:
         raise ChatTemplateError(
             f"The chat template of {model.path.name} failed to render: {exc}. "

@@ -73,7 +73,7 @@ class Decoder:
         target, drafter = self.target, self.drafter
 
         start = time.perf_counter_ns()
-        target.prefill(prompt[:-1])
+        stats.cache_n = target.prefill(prompt[:-1])
         drafter.start(prompt)
         stats.prompt_n = len(prompt)
         stats.prompt_ms = (time.perf_counter_ns() - start) / 1e6
@@ -122,6 +122,15 @@ class Decoder:
         stats.predicted_ms = (time.perf_counter_ns() - gen_start) / 1e6
         stats.t_llama_ms = (sum(model.decode_ns for model in models) - decode_ns_before) / 1e6
         yield Finished(reason, stats, message)
+
+    def warm(self, prompt: Sequence[int]) -> int:
+        """Evaluate `prompt` into the caches without generating (an editor warming its context); tokens already cached."""
+        if len(prompt) >= self.target.n_ctx:
+            raise PromptTooLongError(f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}.")
+        cached = self.target.prefill(prompt)
+        if prompt:
+            self.drafter.start(prompt)  # the draft model reads it too (all but the last token, as for a generation)
+        return cached
 
     def _step(
         self, last: int, k: int, room: int, config: GenerationConfig, rng: np.random.Generator, stats: GenerationStats

@@ -208,6 +208,12 @@ class Model:
         """The vocabulary's own spelling of a token (as stored in the GGUF)."""
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 
+    def fim_tokens(self) -> dict[str, int]:
+        """The fill-in-the-middle tokens the vocabulary has (pre, suf, mid, pad, rep, sep), by name; a model without them: {}."""
+        getters = {"pre": llama_cpp.llama_vocab_fim_pre, "suf": llama_cpp.llama_vocab_fim_suf, "mid": llama_cpp.llama_vocab_fim_mid,
+                   "pad": llama_cpp.llama_vocab_fim_pad, "rep": llama_cpp.llama_vocab_fim_rep, "sep": llama_cpp.llama_vocab_fim_sep}
+        return {name: token for name, get in getters.items() if (token := get(self._vocab)) >= 0}
+
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
@@ -371,8 +377,9 @@ class Model:
         self.truncate(keep)
         return keep
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """Make the cache hold exactly `tokens`, reusing the longest prefix already cached."""
+    def prefill(self, tokens: Sequence[int]) -> int:
+        """Make the cache hold exactly `tokens`, reusing the longest prefix already cached; how many were reused."""
         keep = self.keep_cached_prefix(tokens)
         for start in range(keep, len(tokens), self.n_batch):
             self.decode(tokens[start : start + self.n_batch], outputs=0)
+        return keep

@@ -17,7 +17,8 @@ class GenerationStats:
     drafter: str = "none"
     draft_max: int = 0
     seed: int | None = None
-    prompt_n: int = 0
+    prompt_n: int = 0  # the whole prompt, cached part included
+    cache_n: int = 0  # prompt tokens reused from the cache of an earlier request (llama.cpp's name), not evaluated again
     prompt_ms: float = 0.0
     predicted_n: int = 0
     predicted_ms: float = 0.0
@@ -75,7 +76,7 @@ class GenerationStats:
         """Several runs summed into one, so that rates are total tokens over total time."""
         total = cls()
         for s in runs:
-            for name in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
+            for name in ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
                          "t_draft_ms", "t_verify_ms", "t_llama_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total._reach_position(len(s.draft_n_per_pos))

@@ -61,15 +61,19 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
     engine = Engine(config, on_stage, cancel)
     try:
         on_stage("timing plain decoding")
-        prompt = engine.target.tokenize("Hello", add_special=True)
-        finished = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS)))
-        stats = finished.stats
-        plain_ms = stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
+        plain_ms = plain_ms_per_token(engine)
         layers = [offloaded_layers(model) for model in (engine.draft, engine.target) if model is not None]
         return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers)
     except BaseException:
         engine.close()
         raise
+
+
+def plain_ms_per_token(engine: Engine) -> float:
+    """The target's own plain step on this machine, timed over a few tokens: the baseline every speedup is measured against."""
+    prompt = engine.target.tokenize("Hello", add_special=True)
+    stats = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS))).stats
+    return stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
 
 
 def _last(events) -> Finished:  # type: ignore[no-untyped-def]

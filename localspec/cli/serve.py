@@ -1,0 +1,19 @@
+"""`localspec serve`: the command line's pair arguments turned into a running server."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from localspec.cli.pair_args import engine_config_from_args, resolve_models
+from localspec.serve.options import ServeOptions, check_bind
+from localspec.serve.run import run_server
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    options = ServeOptions(host=args.host, port=args.port, api_key=args.api_key, insecure_no_api_key=args.insecure_no_api_key,
+                           alias=args.alias or args.pair or "", drafter=args.drafter, draft_max=args.draft_max)
+    check_bind(options)  # before anything is read from disk
+    resolve_models(args)
+    options = replace(options, alias=options.alias or args.target.stem, draft_p_min=args.draft_p_min)
+    return run_server(engine_config_from_args(args), options)

@@ -1,0 +1,57 @@
+"""An answer's text as a chat client wants it: reasoning apart from content, tool calls parsed out.
+
+Reasoning models (Qwen3, the DeepSeek-R1 distills) write `<think>...</think>`
+first; it goes out as `reasoning_content`. With tools in the request, tool calls
+go out as `tool_calls`. Both work on a stream, piece by piece, and on a whole answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from localspec.serve.text_streams import TagSplitter
+from localspec.serve.tool_calls import ToolCall, ToolCallStream
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass
+class Delta:
+    content: str = ""
+    reasoning: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+class AnswerShaper:
+    def __init__(self, reasoning: bool, thinking_open: bool, tools: frozenset[str] | None) -> None:
+        """`reasoning`: the template knows <think>; `thinking_open`: the prompt already opened it; `tools`: the offered
+        tools' names (None: no tools, so no calls are looked for)."""
+        self._think = TagSplitter(THINK_OPEN, THINK_CLOSE, inside=thinking_open) if reasoning else None
+        self._tools = ToolCallStream(tools) if tools is not None else None
+
+    def feed(self, text: str) -> Delta:
+        pieces = self._think.feed(text) if self._think else [("outer", text)]
+        return self._shape(pieces, final=False)
+
+    def end(self) -> Delta:
+        pieces = self._think.end() if self._think else []
+        return self._shape(pieces, final=True)
+
+    def _shape(self, pieces: list[tuple[str, str]], final: bool) -> Delta:
+        delta = Delta()
+        for part, text in pieces:
+            if part == "inner":
+                delta.reasoning += text
+            elif part == "outer" and text:
+                self._content(delta, self._tools.feed(text) if self._tools else [("content", text)])
+        if final and self._tools:
+            self._content(delta, self._tools.end())
+        return delta
+
+    @staticmethod
+    def _content(delta: Delta, events: list[tuple[str, object]]) -> None:
+        for kind, value in events:
+            if kind == "call":
+                delta.calls.append(value)  # type: ignore[arg-type]
+            else:
+                delta.content += str(value)

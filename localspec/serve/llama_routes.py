@@ -1,0 +1,159 @@
+"""llama.cpp's own routes, as llama.vim, llama.vscode and llama.cpp's web UI call them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from localspec import __version__
+from localspec.engine.events import Finished, StopReason, TokenEvent
+from localspec.engine.model import Model
+from localspec.engine.stats import GenerationStats
+from localspec.errors import UsageError
+from localspec.serve.fim import fim_prompt
+from localspec.serve.openai_routes import server
+from localspec.serve.payloads import STOP_TYPES, error_body, localspec_stats, timings
+from localspec.serve.requests import DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest
+from localspec.serve.state import ServerState, Started
+from localspec.serve.streaming import JobError, sse, started
+from localspec.serve.worker import JobFailed, JobRun
+
+router = APIRouter()
+
+
+@router.get("/health")
+@router.get("/v1/health")
+async def health(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.localspec
+    if state.engine is not None:
+        return JSONResponse({"status": "ok"})
+    if state.load_error:
+        return JSONResponse(error_body(state.load_error, "server_error", 500), status_code=500)
+    return JSONResponse(error_body("Loading model", "unavailable_error", 503), status_code=503)
+
+
+@router.get("/props")
+async def props(request: Request) -> dict[str, Any]:
+    state, engine = server(request)
+    return {
+        "default_generation_settings": {"n_ctx": engine.target.n_ctx, "model": state.options.alias,
+                                        "params": {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min}},
+        "total_slots": 1, "model_path": str(engine.config.target), "chat_template": engine.target.chat_template() or "",
+        "build_info": f"localspec {__version__}", "modalities": {"vision": False, "audio": False},
+        "localspec": {"draft_path": str(engine.config.draft) if engine.config.draft else None, "drafter": state.options.drafter,
+                      "plain_per_second": 1000.0 / state.plain_ms_per_token if state.plain_ms_per_token else None},
+    }
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
+    _, engine = server(request)
+    tokens = engine.target.tokenize(body.content, add_special=body.add_special, parse_special=True)
+    if body.with_pieces:
+        return {"tokens": [{"id": t, "piece": engine.target.token_bytes(t).decode("utf-8", errors="replace")} for t in tokens]}
+    return {"tokens": tokens}
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
+    _, engine = server(request)
+    if any(not 0 <= t < engine.target.n_vocab for t in body.tokens):
+        raise UsageError(f"`tokens` must be ids from 0 to {engine.target.n_vocab - 1}.")
+    return {"content": b"".join(engine.target.token_bytes(t) for t in body.tokens).decode("utf-8", errors="replace")}
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> PlainTextResponse:
+    state: ServerState = request.app.state.localspec
+    processing = 1 if state.worker.running is not None else 0
+    return PlainTextResponse(state.metrics.render(processing, state.worker.waiting), media_type="text/plain; version=0.0.4")
+
+
+@router.post("/completion")
+@router.post("/completions/native", include_in_schema=False)
+async def completion(body: NativeCompletionRequest, request: Request) -> Any:
+    state, _ = server(request)
+    prompt = body.prompt
+
+    def build(model: Model) -> tuple[list[int], bool]:
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            return [int(t) for t in prompt], False
+        text = "".join(str(t) for t in prompt) if isinstance(prompt, list) else prompt
+        return model.tokenize(text, add_special=True, parse_special=True), False
+
+    return await _native(state, request, body, build, body.n_predict, "completion")
+
+
+@router.post("/infill")
+async def infill(body: InfillRequest, request: Request) -> Any:
+    state, _ = server(request)
+    extra = [(chunk.filename, chunk.text) for chunk in body.input_extra]
+
+    def build(model: Model) -> tuple[list[int], bool]:
+        return fim_prompt(model, body.input_prefix, body.input_suffix, extra, body.prompt), False
+
+    return await _native(state, request, body, build, body.n_predict, "infill", body.t_max_predict_ms)
+
+
+async def _native(state: ServerState, request: Request, body: NativeCompletionRequest | InfillRequest, build: Any,
+                  n_predict: int, route: str, time_limit_ms: int = 0) -> Any:
+    drafter, config = state.generation(body, n_predict if n_predict > 0 else None)
+    label = route + (", streamed" if body.stream else "")
+    run = _warm_job(state, label, drafter, build) if n_predict == 0 else state.generation_job(label, drafter, build, config, time_limit_ms)
+    job = state.worker.submit(run)
+    start, events = await started(job, request)
+    if body.stream:
+        return StreamingResponse(_native_stream(state, start, events, route), media_type="text/event-stream")
+    text, finished = "", None
+    async for event in events:
+        if isinstance(event, JobFailed):
+            raise JobError(event.error)
+        if isinstance(event, TokenEvent):
+            text += event.text
+        else:
+            finished = event
+    if finished is None:
+        raise JobError(ConnectionAbortedError("the client disconnected"))
+    return _final(state, start, finished, text)
+
+
+def _final(state: ServerState, start: Started, finished: Finished, content: str) -> dict[str, Any]:
+    stats = finished.stats
+    return {"content": content, "stop": True, "id_slot": 0, "model": state.options.alias, "stop_type": STOP_TYPES[finished.reason],
+            "stopping_word": "", "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n, "tokens_cached": stats.cache_n,
+            "truncated": False, "timings": timings(stats), "localspec": localspec_stats(stats, state.plain_ms_per_token)}
+
+
+async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], route: str) -> AsyncIterator[str]:
+    async for event in events:
+        if isinstance(event, JobFailed):
+            yield sse({"error": {"message": str(event.error), "type": "server_error", "code": 500}})
+            return
+        if isinstance(event, TokenEvent):
+            if event.text:
+                yield sse({"content": event.text, "stop": False, "id_slot": 0, "tokens": [event.token] if event.token >= 0 else []})
+            continue
+        yield sse(_final(state, start, event, ""))
+
+
+def _warm_job(state: ServerState, route: str, drafter: str, build: Any) -> JobRun:
+    """n_predict 0: evaluate the prompt into the caches and answer nothing; the next request finds it cached."""
+    engine = state.engine
+    assert engine is not None
+
+    def run(cancel: threading.Event) -> Iterator[Any]:
+        prompt, _ = build(engine.target)
+        start = time.perf_counter()
+        cached = engine.decoder(drafter).warm(prompt)
+        yield Started(len(prompt))
+        stats = GenerationStats(drafter=drafter, prompt_n=len(prompt), cache_n=cached, prompt_ms=(time.perf_counter() - start) * 1000)
+        finished = Finished(StopReason.MAX_TOKENS, stats, "")
+        state.finish(route, finished)
+        yield finished
+
+    return run

@@ -1,0 +1,59 @@
+"""Starting the server: it listens at once (GET /health says 503 while the pair loads), then serves until Ctrl-C."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+
+import uvicorn
+
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.errors import LocalspecError, UsageError
+from localspec.serve.app import create_app
+from localspec.serve.options import ServeOptions, check_bind
+from localspec.serve.state import ServerState
+from localspec.session.chat import plain_ms_per_token
+
+
+def run_server(config: EngineConfig, options: ServeOptions) -> int:
+    check_bind(options)
+    _check_port_free(options.host, options.port)
+    state = ServerState(options)
+    loader = threading.Thread(target=_load, args=(state, config), name="localspec-load", daemon=True)
+    loader.start()
+    url = f"http://{options.host}:{options.port}"
+    print(f"localspec serve: {url}/v1 (OpenAI) and {url} (llama.cpp routes) · model {options.alias!r}"
+          + (" · API key required" if options.api_key else ""), file=sys.stderr, flush=True)
+    try:
+        uvicorn.run(create_app(state), host=options.host, port=options.port, log_level="warning", access_log=False)
+    finally:
+        state.worker.stop()
+        loader.join(timeout=5)
+        if state.engine is not None:
+            state.engine.close()
+    return 0
+
+
+def _load(state: ServerState, config: EngineConfig) -> None:
+    try:
+        engine = Engine(config, on_stage=lambda stage: print(f"localspec serve: {stage}", file=sys.stderr, flush=True))
+        state.plain_ms_per_token = plain_ms_per_token(engine)
+        state.engine = engine
+        rate = f"{1000 / state.plain_ms_per_token:.1f} tok/s plain" if state.plain_ms_per_token else ""
+        print(f"localspec serve: ready ({engine.target.description}; {rate})", file=sys.stderr, flush=True)
+    except LocalspecError as exc:
+        state.load_error = f"The pair could not be loaded: {exc}"
+        print(f"localspec serve: {state.load_error}", file=sys.stderr, flush=True)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """uvicorn would log a bind failure and exit; the user should read which port, and what to do."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(f"Cannot listen on {host}:{port} ({exc.strerror}): another server may be using it. "
+                             "Pick another --port, or stop the other server.") from None

@@ -1,0 +1,81 @@
+"""One generation at a time, in arrival order: the engine's single thread, fed by the HTTP handlers.
+
+llama.cpp's calls block, and one loaded pair serves one generation at a time, so
+every job runs on this one thread. A handler submits a job and reads its events
+from an asyncio queue; a client that goes away sets the job's cancel event, and
+the decode loop stops within one step (a job still waiting is skipped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+JobRun = Callable[[threading.Event], Iterator[Any]]
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    """The job raised: the handler turns the exception into an HTTP error."""
+
+    error: BaseException
+
+
+END = object()  # after a job's last event
+
+
+@dataclass
+class Job:
+    run: JobRun
+    loop: asyncio.AbstractEventLoop
+    cancel: threading.Event = field(default_factory=threading.Event)
+    events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+
+    def put(self, item: Any) -> None:
+        """From the worker thread: hand an item to the handler's event loop (which may have closed meanwhile)."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+        except RuntimeError:  # the loop is gone (the server is stopping): nobody is listening
+            self.cancel.set()
+
+
+class GenerationWorker:
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self.running: Job | None = None
+        self._thread = threading.Thread(target=self._serve, name="localspec-generation", daemon=True)
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._jobs.qsize()
+
+    def submit(self, run: JobRun) -> Job:
+        """Called on the event loop: queue `run`, to start when every earlier job has ended."""
+        job = Job(run, asyncio.get_running_loop())
+        self._jobs.put(job)
+        return job
+
+    def stop(self) -> None:
+        if self.running is not None:
+            self.running.cancel.set()
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            if job.cancel.is_set():  # its client left while it waited
+                job.put(END)
+                continue
+            self.running = job
+            try:
+                for event in job.run(job.cancel):
+                    job.put(event)
+            except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
+                job.put(JobFailed(exc))
+            finally:
+                self.running = None
+                job.put(END)

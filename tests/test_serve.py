@@ -1,0 +1,204 @@
+"""`localspec serve` on loopback, spoken to by the official OpenAI client and by raw HTTP, with the tiny models."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from localspec.serve.tool_calls import parse_tool_calls
+from tests.conftest import cli
+from tests.live_server import LiveServer, live_server
+from tests.lossless import plain_text
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.fixture(scope="module")
+def server(tiny, tmp_path_factory) -> LiveServer:
+    with live_server(tmp_path_factory.mktemp("serve"), "--target", str(tiny["target"]), "--draft", str(tiny["near"]),
+                     "--alias", "tiny", "--drafter", "model") as live:
+        yield live
+
+
+def client(server: LiveServer, **kwargs) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=kwargs.pop("api_key", "unused"), max_retries=0, **kwargs)
+
+
+def test_chat_is_the_targets_own_text_with_usage_timings_and_our_statistics(server, tiny):
+    expected = plain_text(tiny["target"], "hello there", 30)
+    reply = client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}],
+                                                   max_tokens=30, temperature=0)
+    assert reply.choices[0].message.content == expected  # lossless through the server
+    assert reply.choices[0].finish_reason == "length" and reply.model == "tiny"
+    assert reply.usage.completion_tokens == 30 and reply.usage.prompt_tokens > 0
+    extra = reply.model_extra
+    assert extra["timings"]["predicted_n"] == 30 and extra["timings"]["draft_n"] > 0 and "draft_n_accepted" in extra["timings"]
+    assert extra["localspec"]["drafter"] == "model" and extra["localspec"]["acceptance_by_position"]
+
+    chunks = list(client(server).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=30, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    assert chunks[-1].usage.completion_tokens == 30 and chunks[-1].choices == []
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0  # the same conversation: its prompt was cached
+    last = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+    assert last.model_extra["timings"]["cache_n"] > 0
+    assert re.search(r"chat, streamed · 30 tokens · [\d.]+ tok/s · model · accepted \d+%", server.log_text())
+
+
+def test_stop_strings_max_tokens_seeds_and_per_request_drafting(server):
+    api = client(server)
+    text = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=30).choices[0].message.content
+    stop = text[5:9]
+    stopped = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=30, stop=[stop])
+    assert stopped.choices[0].finish_reason == "stop" and stop not in stopped.choices[0].message.content
+    sampled = [api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=12,
+                                           temperature=1.0, seed=7).choices[0].message.content for _ in range(2)]
+    assert sampled[0] == sampled[1]
+    plain = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=8,
+                                        extra_body={"speculative.n_max": 0})
+    assert plain.model_extra["localspec"]["drafter"] == "none" and "draft_n" not in plain.model_extra["timings"]
+
+
+def test_completions_native_completion_and_the_prompt_cache(server):
+    api = client(server)
+    done = api.completions.create(model="tiny", prompt="the cat sat on the mat", max_tokens=6)
+    assert done.choices[0].text and done.usage.completion_tokens == 6 and done.choices[0].finish_reason == "length"
+    status, first = server.request("POST", "/completion", {"prompt": "the quick brown fox jumps " * 20, "n_predict": 0})
+    assert status == 200 and first["tokens_predicted"] == 0 and first["content"] == ""  # n_predict 0: only the cache warms
+    status, second = server.request("POST", "/completion", {"prompt": "the quick brown fox jumps " * 20 + "over", "n_predict": 4})
+    assert status == 200 and second["timings"]["cache_n"] >= first["tokens_evaluated"] - 1 and second["tokens_predicted"] == 4
+    status, streamed = server.request("POST", "/completion", {"prompt": "hello", "n_predict": 3, "stream": True})
+    events = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: ")]
+    assert events[-1]["stop"] and events[-1]["timings"]["predicted_n"] == 3 and all(not e["stop"] for e in events[:-1])
+
+
+def test_models_health_props_tokenize_and_metrics(server):
+    models = client(server).models.list().data
+    assert [m.id for m in models] == ["tiny"] and models[0].model_extra["meta"]["n_ctx"] > 0
+    assert server.request("GET", "/health") == (200, {"status": "ok"})
+    status, props = server.request("GET", "/props")
+    assert status == 200 and props["total_slots"] == 1 and props["default_generation_settings"]["n_ctx"] > 0
+    status, tokens = server.request("POST", "/tokenize", {"content": "hello there", "with_pieces": True})
+    assert status == 200 and "".join(t["piece"] for t in tokens["tokens"]) == "hello there"
+    assert server.request("POST", "/detokenize", {"tokens": [t["id"] for t in tokens["tokens"]]}) == (200, {"content": "hello there"})
+    status, metrics = server.request("GET", "/metrics")
+    assert status == 200 and re.search(r"^llamacpp:spec_decode_num_draft_tokens_total \d+", metrics, re.MULTILINE)
+    assert re.search(r'^llamacpp:spec_decode_num_accepted_tokens_per_pos\{position="0"\} \d+', metrics, re.MULTILINE)
+
+
+BAD = [
+    ("POST", "/v1/chat/completions", b'{"messages": [', 400, "not valid JSON"),
+    ("POST", "/v1/chat/completions", b'{"messages": "hi"}', 400, "messages"),
+    ("POST", "/v1/chat/completions", b'{"messages": []}', 400, "at least 1 item"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "temperature": -1}', 400, "temperature must be"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}', 400, "max_tokens"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "localspec.drafter": "magic"}', 400,
+     "localspec.drafter must be one of"),
+    ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "word " * 5000}]}).encode(), 400,
+     "leaving no room for an answer"),
+    ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                                                 "tools": [{"type": "function", "function": {"name": "f"}}]}).encode(), 400, "does not render tools"),
+    ("POST", "/v1/completions", b'{"prompt": "x", "suffix": "y"}', 501, "no fill-in-the-middle tokens"),
+    ("POST", "/infill", b'{"input_prefix": "x", "input_suffix": "y"}', 501, "no fill-in-the-middle tokens"),
+    ("GET", "/v1/nothing", None, 404, "No route GET /v1/nothing"),
+    ("POST", "/detokenize", b'{"tokens": [-5]}', 400, "must be ids"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "raw", "status", "words"), BAD)
+def test_bad_input_gets_the_openai_error_shape_and_the_server_goes_on(server, method, path, raw, status, words):
+    got, body = server.request(method, path, raw=raw)
+    assert got == status and set(body["error"]) == {"message", "type", "code"} and words in body["error"]["message"], body
+    if "no room" in words:
+        assert body["error"]["type"] == "exceed_context_size_error"
+    assert server.request("GET", "/health")[0] == 200 and server.process.poll() is None
+
+
+def test_unknown_fields_are_ignored(server):
+    status, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                                                                    "max_tokens": 2, "frequency_penalty": 0.5, "n_probs": 3, "cache_prompt": True})
+    assert status == 200 and body["usage"]["completion_tokens"] == 2
+
+
+def test_a_client_that_leaves_mid_stream_frees_the_engine(tiny, tmp_path):
+    with live_server(tmp_path, "--target", str(tiny["talkative"]), "--draft", str(tiny["talkative_draft"]), "--ctx-size", "16384") as server:
+        request = urllib.request.Request(server.url + "/v1/chat/completions", method="POST", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"messages": [{"role": "user", "content": "tell me everything"}],
+                                                          "max_tokens": 100_000, "stream": True}).encode())
+        response = urllib.request.urlopen(request, timeout=60)
+        assert response.readline().startswith(b"data: ")
+        response.close()  # the editor's user typed on: the stream is dropped
+        started = time.monotonic()
+        reply = client(server).chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert reply.usage.completion_tokens == 4 and time.monotonic() - started < 30
+        cut = re.search(r"chat, streamed · (\d+) tokens .* cancelled \(the client left\)", server.log_text())
+        assert cut is not None and int(cut[1]) < 16000, server.log_text()  # stopped, not run to the end of the context
+
+
+def test_twenty_requests_at_once_all_complete_in_order(server):
+    finished: list[int] = []
+    lock = threading.Lock()
+
+    def ask(index: int) -> None:
+        status, body = server.request("POST", "/completion", {"prompt": f"request {index}", "n_predict": 3})
+        assert status == 200 and body["stop"] and body["tokens_predicted"] <= 3  # the answer may end sooner
+        with lock:
+            finished.append(index)
+
+    threads = []
+    for index in range(20):
+        threads.append(threading.Thread(target=ask, args=(index,)))
+        threads[-1].start()
+        time.sleep(0.02)  # arrival order: one after another, all queued while the first runs
+    for thread in threads:
+        thread.join(timeout=120)
+    assert finished == list(range(20))
+
+
+def test_the_api_key_is_required_everywhere_but_health(tiny, tmp_path):
+    with live_server(tmp_path, "--target", str(tiny["target"]), "--api-key", "sesame") as server:
+        assert server.request("GET", "/health")[0] == 200
+        status, body = server.request("GET", "/v1/models")
+        assert status == 401 and body["error"]["code"] == "invalid_api_key"
+        with pytest.raises(openai.AuthenticationError):
+            client(server, api_key="wrong").models.list()
+        assert [m.id for m in client(server, api_key="sesame").models.list().data] == ["target"]
+        assert server.request("POST", "/tokenize", {"content": "a"}, headers={"X-Api-Key": "sesame"})[0] == 200
+
+
+def test_listening_beyond_this_machine_needs_a_key(tiny):
+    refused = cli("serve", "--target", str(tiny["target"]), "--host", "0.0.0.0")
+    assert refused.returncode == 2 and "--api-key" in refused.stderr and "--insecure-no-api-key" in refused.stderr
+
+
+def test_tool_calls_are_parsed_from_each_supported_format():
+    names = frozenset({"get_weather"})
+    hermes = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    llama = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    fenced = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
+    for text, content in ((hermes, "Let me check.\n"), (llama, ""), (fenced, "")):
+        got_content, calls = parse_tool_calls(text, names)
+        assert got_content == content and [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert parse_tool_calls('{"name": "rm_rf", "arguments": {}}', names) == ('{"name": "rm_rf", "arguments": {}}', [])  # not offered
+    assert parse_tool_calls("plain <b>text</b>", names) == ("plain <b>text</b>", [])
+
+
+def test_the_readme_lists_every_route(server):
+    from localspec.serve.app import create_app
+    from localspec.serve.options import ServeOptions
+    from localspec.serve.state import ServerState
+
+    app = create_app(ServerState(ServeOptions()))
+    routes = {path for route in app.routes if (path := getattr(route, "path", "")) and not path.startswith("/completions/native")}
+    text = README.read_text(encoding="utf-8")
+    missing = sorted(path for path in routes if f"`{path}`" not in text)
+    assert not missing, f"README does not list {missing}"
