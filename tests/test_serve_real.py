@@ -1,0 +1,78 @@
+"""`localspec serve` with the real Qwen2.5-Coder pair: lossless chat, fill-in-the-middle, the prompt cache, tool calls."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from tests.conftest import cli, run
+from tests.live_server import LiveServer, live_server
+from tests.lossless import assert_clear_of_ties
+from tests.test_real_pair import NEAR_TIE
+
+RENAME = "Rename the variable x to count in this code:\n\nx = 0\nfor item in items:\n    x += 1\nprint(x)"  # clear of near-ties
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
+                                                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                                "required": ["city"]}}}
+
+
+@pytest.fixture(scope="module")
+def server(real_models, tmp_path_factory) -> LiveServer:
+    target, draft = real_models
+    with live_server(tmp_path_factory.mktemp("serve-real"), "--target", str(target), "--draft", str(draft), "--alias", "qwen",
+                     "--drafter", "model", "--draft-max", "4") as live:
+        yield live
+
+
+def api(server: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def test_chat_through_the_server_is_what_generate_writes(server, real_models):
+    target, draft = real_models
+    with Engine(EngineConfig(target)) as engine:  # the precondition for exact equality on any machine
+        assert_clear_of_ties(run(engine.plain, chat_prompt_tokens(engine.target, [Message("user", RENAME)]),
+                                 GenerationConfig(max_tokens=48)), NEAR_TIE)
+    generated = cli("generate", "--target", str(target), "--draft", str(draft), "--drafter", "model", "--draft-max", "4",
+                    "--prompt", RENAME, "--max-tokens", "48", "--json")
+    assert generated.returncode == 0, generated.stderr
+    reply = api(server).chat.completions.create(model="qwen", messages=[{"role": "user", "content": RENAME}], max_tokens=48, temperature=0)
+    assert reply.choices[0].message.content == json.loads(generated.stdout)["text"]
+    assert reply.model_extra["timings"]["draft_n_accepted"] > 0
+
+
+def test_fill_in_the_middle_writes_the_middle_of_a_real_function(server):
+    prefix, suffix = "def is_prime(n):\n    ", "\n    return True\n"
+    middle = api(server).completions.create(model="qwen", prompt=prefix, suffix=suffix, max_tokens=40, temperature=0).choices[0].text
+    assert "n % " in middle or "range(" in middle, middle
+    status, infilled = server.request("POST", "/infill", {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 40,
+                                                           "input_extra": [{"filename": "util.py", "text": "import math\n"}]})
+    assert status == 200 and ("n % " in infilled["content"] or "range(" in infilled["content"]), infilled
+
+
+def test_warming_the_cache_spares_the_next_autocomplete_its_prefix(server):
+    prefix = "".join(f"def helper_{i}(value):\n    return value * {i}\n\n" for i in range(40)) + "def main():\n    "
+    status, warm = server.request("POST", "/infill", {"input_prefix": prefix, "input_suffix": "\n", "n_predict": 0})
+    assert status == 200 and warm["tokens_predicted"] == 0 and warm["tokens_evaluated"] > 500
+    status, next_one = server.request("POST", "/infill", {"input_prefix": prefix + "total = ", "input_suffix": "\n", "n_predict": 4})
+    assert status == 200 and next_one["timings"]["cache_n"] > 500  # the shared prefix came from the cache
+    assert next_one["timings"]["prompt_n"] < 20
+
+
+def test_a_tool_call_is_returned_parsed_streamed_and_not(server):
+    messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
+    reply = api(server).chat.completions.create(model="qwen", messages=messages, tools=[WEATHER_TOOL], max_tokens=60, temperature=0)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls, choice
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    chunks = list(api(server).chat.completions.create(model="qwen", messages=messages, tools=[WEATHER_TOOL], max_tokens=60,
+                                                      temperature=0, stream=True))
+    streamed = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [(tc.function.name, json.loads(tc.function.arguments)) for tc in streamed] == [("get_weather", {"city": "Paris"})]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
