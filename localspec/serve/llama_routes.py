@@ -75,7 +75,6 @@ async def metrics(request: Request) -> PlainTextResponse:
 
 
 @router.post("/completion")
-@router.post("/completions/native", include_in_schema=False)
 async def completion(body: NativeCompletionRequest, request: Request) -> Any:
     state, _ = server(request)
     prompt = body.prompt
