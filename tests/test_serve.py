@@ -202,3 +202,19 @@ def test_the_readme_lists_every_route(server):
     text = README.read_text(encoding="utf-8")
     missing = sorted(path for path in routes if f"`{path}`" not in text)
     assert not missing, f"README does not list {missing}"
+
+
+def test_reasoning_and_calls_are_split_out_of_a_stream_piece_by_piece():
+    from localspec.serve.answer import AnswerShaper
+
+    answer = 'Let me think.\nParis, so get_weather.</think>Checking.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    shaper = AnswerShaper(reasoning=True, thinking_open=True, tools=frozenset({"get_weather"}))  # R1-style: the prompt opened <think>
+    deltas = [shaper.feed(answer[i : i + 3]) for i in range(0, len(answer), 3)] + [shaper.end()]
+    assert "".join(d.reasoning for d in deltas) == "Let me think.\nParis, so get_weather."
+    assert "".join(d.content for d in deltas) == "Checking."
+    assert [(c.name, json.loads(c.arguments)) for d in deltas for c in d.calls] == [("get_weather", {"city": "Paris"})]
+    early = [i for i, d in enumerate(deltas) if d.reasoning]
+    assert early and early[0] < 3  # the reasoning streams as it comes, not at the end
+    plain = AnswerShaper(reasoning=True, thinking_open=False, tools=None)
+    pieces = [plain.feed("<think>hm</think>"), plain.feed("Hello <b>"), plain.end()]
+    assert "".join(d.reasoning for d in pieces) == "hm" and "".join(d.content for d in pieces) == "Hello <b>"

@@ -61,7 +61,7 @@ def llama_server(binary: Path, target: Path, draft: Path | None, threads: int) -
     port = free_port()
     args = [str(binary), "-m", str(target), "--port", str(port), "-c", "4096", "-t", str(threads), "-np", "1", "--no-webui"]
     if draft is not None:
-        args += ["-md", str(draft), "-cd", "4096", "-td", str(threads)]
+        args += ["-md", str(draft), "-td", str(threads)]  # the draft takes the target's context; draft settings at their defaults
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
