@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from localspec.engine import defaults
+from localspec.engine.drafters import registry
 from localspec.errors import UsageError
 
 LOOPBACK_NAMES = ("localhost",)
@@ -16,9 +18,9 @@ class ServeOptions:
     port: int = 8080
     api_key: str | None = None
     alias: str = "localspec"
-    drafter: str = "auto"
+    drafter: str = registry.DEFAULT
     draft_max: int | None = None  # None: the drafter's default (auto's cap, else llama.cpp's K)
-    draft_p_min: float = 0.6
+    draft_p_min: float = defaults.DRAFT_P_MIN
     insecure_no_api_key: bool = False  # the user's explicit choice to listen beyond this machine without a key
 
 
