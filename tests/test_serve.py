@@ -82,6 +82,7 @@ def test_completions_native_completion_and_the_prompt_cache(server):
 
 
 def test_models_health_props_tokenize_and_metrics(server):
+    client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=12)
     models = client(server).models.list().data
     assert [m.id for m in models] == ["tiny"] and models[0].model_extra["meta"]["n_ctx"] > 0
     assert server.request("GET", "/health") == (200, {"status": "ok"})
@@ -90,6 +91,9 @@ def test_models_health_props_tokenize_and_metrics(server):
     status, tokens = server.request("POST", "/tokenize", {"content": "hello there", "with_pieces": True})
     assert status == 200 and "".join(t["piece"] for t in tokens["tokens"]) == "hello there"
     assert server.request("POST", "/detokenize", {"tokens": [t["id"] for t in tokens["tokens"]]}) == (200, {"content": "hello there"})
+    status, slot_list = server.request("GET", "/slots")
+    assert status == 200 and [s["id"] for s in slot_list] == [0] and slot_list[0]["speculative"] and not slot_list[0]["is_processing"]
+    assert slot_list[0]["localspec"]["draft_n"] >= slot_list[0]["localspec"]["draft_n_accepted"] > 0
     status, metrics = server.request("GET", "/metrics")
     assert status == 200 and re.search(r"^llamacpp:spec_decode_num_draft_tokens_total \d+", metrics, re.MULTILINE)
     assert re.search(r'^llamacpp:spec_decode_num_accepted_tokens_per_pos\{position="0"\} \d+', metrics, re.MULTILINE)

@@ -50,6 +50,21 @@ async def props(request: Request) -> dict[str, Any]:
     }
 
 
+@router.get("/slots")
+async def slots(request: Request) -> list[dict[str, Any]]:
+    """llama.cpp's shape, for its one slot here (several slots are the next step), with the speculation it has done."""
+    state, engine = server(request)
+    counts = state.metrics
+    return [{
+        "id": 0, "n_ctx": engine.target.n_ctx, "speculative": engine.draft is not None, "is_processing": state.worker.running is not None,
+        "params": {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min},
+        "localspec": {"drafter": state.options.drafter, "tokens_cached": engine.target.n_past, "draft_n": counts.draft_tokens,
+                      "draft_n_accepted": counts.accepted_tokens,
+                      "acceptance_rate": counts.accepted_tokens / counts.draft_tokens if counts.draft_tokens else None,
+                      "acceptance_by_position": [a / d if d else 0.0 for a, d in zip(counts.accepted_per_pos, counts.drafted_per_pos)]},
+    }]
+
+
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     _, engine = server(request)
