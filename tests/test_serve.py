@@ -222,3 +222,12 @@ def test_reasoning_and_calls_are_split_out_of_a_stream_piece_by_piece():
     plain = AnswerShaper(reasoning=True, thinking_open=False, tools=None)
     pieces = [plain.feed("<think>hm</think>"), plain.feed("Hello <b>"), plain.end()]
     assert "".join(d.reasoning for d in pieces) == "hm" and "".join(d.content for d in pieces) == "Hello <b>"
+
+
+def test_bench_serve_loads_the_server_with_concurrent_clients(server):
+    result = cli("bench-serve", server.url, "--clients", "1,2", "--requests", "1", "--max-tokens", "4", "--only", "code-writing")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()}
+    assert set(rows) == {"1", "2"} and all(row[-1] == "0" and float(row[1]) > 0 for row in rows.values()), result.stdout
+    nobody = cli("bench-serve", "http://127.0.0.1:9", "--clients", "1")
+    assert nobody.returncode == 1 and "No server answers at http://127.0.0.1:9" in nobody.stderr and "Traceback" not in nobody.stderr

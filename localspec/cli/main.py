@@ -114,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--llama-cpp-bin", type=Path,
                        help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
 
+    load = commands.add_parser("bench-serve", help="load a running server with 1, 2, 4, 8... concurrent clients sending the bench's prompts")
+    load.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080 (localspec serve, or llama.cpp's llama-server)")
+    load.add_argument("--clients", default="1,2,4,8", help="comma-separated client counts (default 1,2,4,8)")
+    load.add_argument("--requests", type=int, default=2, help="requests each client sends, one after another (default 2)")
+    load.add_argument("--max-tokens", type=int, default=64)
+    load.add_argument("--prompts", type=Path, help="JSONL prompt set (default: the bundled set)")
+    load.add_argument("--only", help="comma-separated prompt ids or categories")
+    load.add_argument("--api-key", help="the server's key, if it has one")
+
     serve = commands.add_parser("serve", help="an OpenAI- and llama.cpp-compatible server for editors and agents, on this machine")
     _add_model_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
@@ -160,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             resolve_models(args)
             return run_bench(args, engine_config_from_args(args))
+        if args.command == "bench-serve":
+            from localspec.bench.load import run_bench_serve
+
+            return run_bench_serve(args)
         if args.command == "serve":
             from localspec.cli.serve import run_serve
 

@@ -1,0 +1,103 @@
+"""`localspec bench-serve`: a running server loaded by 1, 2, 4, 8... concurrent clients sending the bench's prompts.
+
+Each client is a thread that streams its requests one after another, as an
+editor would; for each concurrency the report gives the aggregate rate (every
+token over the wall time), the mean per-client rate, and the time to first
+token. Works against any OpenAI-compatible server, llama.cpp's included, so the
+two can be compared side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from localspec.bench.results import BenchPrompt
+from localspec.bench.runner import load_prompts, select_prompts
+from localspec.errors import LocalspecError, UsageError
+
+
+@dataclass
+class ClientRun:
+    tokens: int = 0
+    busy_s: float = 0.0
+    first_token_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _stream(url: str, prompt: BenchPrompt, max_tokens: int, api_key: str | None, run: ClientRun) -> None:
+    messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.prompt}]
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    request = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    start = time.perf_counter()
+    first = None
+    try:
+        with urllib.request.urlopen(request, timeout=3600) as response:
+            for line in response:
+                if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if first is None and any((c.get("delta") or {}).get("content") for c in chunk.get("choices", [])):
+                    first = time.perf_counter() - start
+                if chunk.get("usage"):
+                    run.tokens += chunk["usage"]["completion_tokens"]
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        run.errors.append(str(exc))
+        return
+    run.busy_s += time.perf_counter() - start
+    if first is not None:
+        run.first_token_s.append(first)
+
+
+def measure(url: str, prompts: list[BenchPrompt], clients: int, requests_per_client: int, max_tokens: int,
+            api_key: str | None) -> tuple[float, float, float | None, int]:
+    """(aggregate tok/s, mean per-client tok/s, median time to first token, errors) for `clients` at once."""
+    runs = [ClientRun() for _ in range(clients)]
+
+    def client(index: int) -> None:
+        for r in range(requests_per_client):
+            _stream(url, prompts[(index * requests_per_client + r) % len(prompts)], max_tokens, api_key, runs[index])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    firsts = [s for run in runs for s in run.first_token_s]
+    per_client = statistics.mean(run.tokens / run.busy_s if run.busy_s else 0.0 for run in runs)
+    return sum(run.tokens for run in runs) / wall, per_client, statistics.median(firsts) if firsts else None, sum(len(r.errors) for r in runs)
+
+
+def parse_clients(text: str) -> list[int]:
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"--clients takes comma-separated counts such as 1,2,4,8, not {text!r}") from None
+    if not counts or counts[0] < 1:
+        raise UsageError("--clients counts must be 1 or more")
+    return counts
+
+
+def run_bench_serve(args: argparse.Namespace) -> int:
+    prompts = select_prompts(load_prompts(args.prompts), args.only)
+    counts = parse_clients(args.clients)
+    try:
+        urllib.request.urlopen(args.url.rstrip("/") + "/health", timeout=10).close()
+    except (urllib.error.URLError, OSError) as exc:
+        raise LocalspecError(f"No server answers at {args.url} ({exc}). Start one (`localspec serve ...`), or check the URL.") from None
+    print(f"{args.url}: {args.requests} request(s) per client, {args.max_tokens} tokens max, temperature 0, streamed")
+    print(f"{'clients':>7}  {'aggregate tok/s':>15}  {'per client tok/s':>16}  {'first token (median)':>20}  errors")
+    for clients in counts:
+        aggregate, per_client, first, errors = measure(args.url, prompts, clients, args.requests, args.max_tokens, args.api_key)
+        first_text = f"{first * 1000:.0f} ms" if first is not None else "-"
+        print(f"{clients:>7}  {aggregate:>15.2f}  {per_client:>16.2f}  {first_text:>20}  {errors}", flush=True)
+    return 0
