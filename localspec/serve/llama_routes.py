@@ -122,7 +122,7 @@ async def _native(state: ServerState, request: Request, body: NativeCompletionRe
     job = state.worker.submit(run)
     start, events = await started(job, request)
     if body.stream:
-        return StreamingResponse(_native_stream(state, start, events, route), media_type="text/event-stream")
+        return StreamingResponse(_native_stream(state, start, events, job.number), media_type="text/event-stream")
     text, finished = "", None
     async for event in events:
         if isinstance(event, JobFailed):
@@ -133,17 +133,17 @@ async def _native(state: ServerState, request: Request, body: NativeCompletionRe
             finished = event
     if finished is None:
         raise JobError(ConnectionAbortedError("the client disconnected"))
-    return _final(state, start, finished, text)
+    return _final(state, start, finished, text, job.number)
 
 
-def _final(state: ServerState, start: Started, finished: Finished, content: str) -> dict[str, Any]:
+def _final(state: ServerState, start: Started, finished: Finished, content: str, task: int) -> dict[str, Any]:
     stats = finished.stats
-    return {"content": content, "stop": True, "id_slot": 0, "model": state.options.alias, "stop_type": STOP_TYPES[finished.reason],
+    return {"content": content, "stop": True, "id_slot": 0, "id_task": task, "model": state.options.alias, "stop_type": STOP_TYPES[finished.reason],
             "stopping_word": "", "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n, "tokens_cached": stats.cache_n,
             "truncated": False, "timings": timings(stats), "localspec": localspec_stats(stats, state.plain_ms_per_token)}
 
 
-async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], route: str) -> AsyncIterator[str]:
+async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], task: int) -> AsyncIterator[str]:
     async for event in events:
         if isinstance(event, JobFailed):
             yield sse({"error": {"message": str(event.error), "type": "server_error", "code": 500}})
@@ -152,7 +152,7 @@ async def _native_stream(state: ServerState, start: Started, events: AsyncIterat
             if event.text:
                 yield sse({"content": event.text, "stop": False, "id_slot": 0, "tokens": [event.token] if event.token >= 0 else []})
             continue
-        yield sse(_final(state, start, event, ""))
+        yield sse(_final(state, start, event, "", task))
 
 
 def _warm_job(state: ServerState, route: str, drafter: str, build: Any) -> JobRun:

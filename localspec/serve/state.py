@@ -114,7 +114,9 @@ class ServerState:
         """One line per request as it ends: what a user watching the terminal wants to know."""
         plain = 1000.0 / self.plain_ms_per_token if self.plain_ms_per_token else 0.0
         if not stats.predicted_n:  # n_predict 0: the cache warmed, nothing generated
-            print(f"  {route} · warmed the cache: {stats.prompt_n} prompt tokens, {stats.cache_n} already cached", file=sys.stderr, flush=True)
+            task = self.worker.running.number if self.worker.running else 0
+            print(f"  #{task} {route} · warmed the cache: {stats.prompt_n} prompt tokens, {stats.cache_n} already cached",
+                  file=sys.stderr, flush=True)
             return
         parts = [route, f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s", stats.drafter]
         if stats.draft_n:
@@ -125,7 +127,8 @@ class ServerState:
             parts.append(f"{stats.cache_n} prompt tokens cached")
         if status:
             parts.append(status)
-        print("  " + " · ".join(parts), file=sys.stderr, flush=True)
+        task = self.worker.running.number if self.worker.running else 0
+        print(f"  #{task} " + " · ".join(parts), file=sys.stderr, flush=True)
 
 
 class _Deadline:

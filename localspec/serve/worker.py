@@ -32,6 +32,7 @@ END = object()  # after a job's last event
 class Job:
     run: JobRun
     loop: asyncio.AbstractEventLoop
+    number: int  # arrival order, from 1: the log and llama.cpp's id_task say it, so the queue's order can be seen
     cancel: threading.Event = field(default_factory=threading.Event)
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
 
@@ -47,6 +48,7 @@ class GenerationWorker:
     def __init__(self) -> None:
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self.running: Job | None = None
+        self._arrived = 0
         self._thread = threading.Thread(target=self._serve, name="localspec-generation", daemon=True)
         self._thread.start()
 
@@ -56,7 +58,8 @@ class GenerationWorker:
 
     def submit(self, run: JobRun) -> Job:
         """Called on the event loop: queue `run`, to start when every earlier job has ended."""
-        job = Job(run, asyncio.get_running_loop())
+        self._arrived += 1  # only the event loop's thread submits
+        job = Job(run, asyncio.get_running_loop(), self._arrived)
         self._jobs.put(job)
         return job
 
