@@ -94,6 +94,10 @@ def run_bench_serve(args: argparse.Namespace) -> int:
         urllib.request.urlopen(args.url.rstrip("/") + "/health", timeout=10).close()
     except (urllib.error.URLError, OSError) as exc:
         raise LocalspecError(f"No server answers at {args.url} ({exc}). Start one (`localspec serve ...`), or check the URL.") from None
+    warm_up = ClientRun()
+    _stream(args.url, prompts[0], 8, args.api_key, warm_up)  # not counted: a server's first request pays its own start-up
+    if warm_up.errors:
+        raise LocalspecError(f"The server at {args.url} refused a chat request ({warm_up.errors[0]}). Check the URL and --api-key.")
     print(f"{args.url}: {args.requests} request(s) per client, {args.max_tokens} tokens max, temperature 0, streamed")
     print(f"{'clients':>7}  {'aggregate tok/s':>15}  {'per client tok/s':>16}  {'first token (median)':>20}  errors")
     for clients in counts:
