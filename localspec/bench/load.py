@@ -32,7 +32,7 @@ class ClientRun:
 
 
 def _stream(url: str, prompt: BenchPrompt, max_tokens: int, api_key: str | None, run: ClientRun) -> None:
-    messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.prompt}]
+    messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     request = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(), headers)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from localspec.bench import reference
 from localspec.bench.ceiling import Ceiling
+from localspec.engine.chat import Message, with_system
 from localspec.engine.stats import GenerationStats
 
 
@@ -15,6 +16,10 @@ class BenchPrompt:
     category: str
     prompt: str
     system: str | None = None
+
+    @property
+    def messages(self) -> list[Message]:
+        return with_system(self.system, [Message("user", self.prompt)])
 
 
 @dataclass(frozen=True)

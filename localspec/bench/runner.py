@@ -24,7 +24,7 @@ from localspec.bench.progress import BenchProgress
 from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
 from localspec.engine import defaults
-from localspec.engine.chat import Message, chat_prompt_tokens, render_chat, with_system
+from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.controller import AutoDrafter
@@ -161,7 +161,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
         progress.stage("warming up every mode")
         for mode in result.modes:  # loads the self draft and times auto's costs before anything is measured
             _measure(engine.decoder(mode.drafter), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k))
-        depth = round(sum(len(chat_prompt_tokens(engine.target, _messages(p))) for p in prompts) / len(prompts))
+        depth = round(sum(len(chat_prompt_tokens(engine.target, p.messages)) for p in prompts) / len(prompts))
         result.matched_workload = (args.max_tokens, depth)
         _llama_bench(args, engine, result)
         for round_index in range(args.rounds):
@@ -181,10 +181,6 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
     return 0
 
 
-def _messages(prompt: BenchPrompt) -> list[Message]:
-    return with_system(prompt.system, [Message("user", prompt.prompt)])
-
-
 def _bench_prompt(
     args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, index: int, reference_p_mins: list[float], round_index: int,
     result: BenchResult, progress: BenchProgress,
@@ -193,7 +189,7 @@ def _bench_prompt(
 
     At temperature > 0 every mode samples with the same seed, so modes differ only in how they draft and verify.
     """
-    tokens = chat_prompt_tokens(engine.target, _messages(prompt))
+    tokens = chat_prompt_tokens(engine.target, prompt.messages)
     modes = result.modes
     shift = round_index % len(modes)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed + index)
@@ -213,7 +209,7 @@ def _bench_prompt(
         auto_cap = max(mode.k for mode in modes if mode.drafter == "auto")
         result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, auto.costs.verify, auto_cap)
     if args.llama_cpp_bin and not result.reference_error and engine.draft is not None and sampling.greedy:
-        text = render_chat(engine.target, _messages(prompt))
+        text = render_chat(engine.target, prompt.messages)
         for k in result.ks:
             for p_min in reference_p_mins:
                 run = _reference_step(result, lambda k=k, p_min=p_min: reference.speculative_simple(

@@ -14,7 +14,6 @@ from typing import Any
 
 from localspec.engine import defaults
 from localspec.engine.errors import SamplingSettingsError
-from localspec.engine.sampling import SamplingParams
 from localspec.errors import UsageError
 
 
@@ -80,6 +79,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--draft-max {args.draft_max} is out of range: it takes a whole number from 0 to {limit} "
                              f"(at most {defaults.DRAFT_MAX_LIMIT}, and the context of {args.ctx_size} tokens must hold a draft and its answer).")
     if hasattr(args, "top_k"):
+        from localspec.engine.sampling import SamplingParams  # here, not at the top: it loads numpy, and --help should not wait
+
         try:
             SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed).validate()
         except SamplingSettingsError as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from localspec.cli.pair_args import engine_config_from_args, resolve_models
 from localspec.serve.options import ServeOptions, check_bind
@@ -11,9 +10,9 @@ from localspec.serve.run import run_server
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    options = ServeOptions(host=args.host, port=args.port, api_key=args.api_key, insecure_no_api_key=args.insecure_no_api_key,
-                           alias=args.alias or args.pair or "", drafter=args.drafter, draft_max=args.draft_max)
-    check_bind(options)  # before anything is read from disk
     resolve_models(args)
-    options = replace(options, alias=options.alias or args.target.stem, draft_p_min=args.draft_p_min)
+    options = ServeOptions(host=args.host, port=args.port, api_key=args.api_key, insecure_no_api_key=args.insecure_no_api_key,
+                           alias=args.alias or args.pair or args.target.stem, drafter=args.drafter, draft_max=args.draft_max,
+                           draft_p_min=args.draft_p_min)
+    check_bind(options)  # before the memory plan reads the headers
     return run_server(engine_config_from_args(args), options)

@@ -60,11 +60,7 @@ class Decoder:
         """Yield a TokenEvent per emitted token, then exactly one Finished."""
         if not prompt:
             raise ValueError("the prompt must hold at least one token")
-        if len(prompt) >= self.target.n_ctx:
-            raise PromptTooLongError(
-                f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}, "
-                "leaving no room for an answer. Shorten the prompt or raise the context size."
-            )
+        self.check_fits(prompt)
         config.sampling.validate()
         rng, seed = make_rng(config.sampling.seed)
         stats = GenerationStats(drafter=self.drafter.name, draft_max=config.draft_max, seed=None if config.sampling.greedy else seed)
@@ -123,10 +119,17 @@ class Decoder:
         stats.t_llama_ms = (sum(model.decode_ns for model in models) - decode_ns_before) / 1e6
         yield Finished(reason, stats, message)
 
+    def check_fits(self, prompt: Sequence[int]) -> None:
+        """A prompt that fills the context leaves no room for an answer: refused before anything is decoded."""
+        if len(prompt) >= self.target.n_ctx:
+            raise PromptTooLongError(
+                f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}, "
+                "leaving no room for an answer. Shorten the prompt or raise the context size."
+            )
+
     def warm(self, prompt: Sequence[int]) -> int:
         """Evaluate `prompt` into the caches without generating (an editor warming its context); tokens already cached."""
-        if len(prompt) >= self.target.n_ctx:
-            raise PromptTooLongError(f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}.")
+        self.check_fits(prompt)
         cached = self.target.prefill(prompt)
         if prompt:
             self.drafter.start(prompt)  # the draft model reads it too (all but the last token, as for a generation)

@@ -20,7 +20,7 @@ from localspec.serve.openai_routes import server
 from localspec.serve.payloads import STOP_TYPES, error_body, localspec_stats, timings
 from localspec.serve.requests import DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest
 from localspec.serve.state import ServerState, Started
-from localspec.serve.streaming import JobError, sse, started
+from localspec.serve.streaming import collected, sse, sse_failure, started
 from localspec.serve.worker import JobFailed, JobRun
 
 router = APIRouter()
@@ -123,16 +123,7 @@ async def _native(state: ServerState, request: Request, body: NativeCompletionRe
     start, events = await started(job, request)
     if body.stream:
         return StreamingResponse(_native_stream(state, start, events, job.number), media_type="text/event-stream")
-    text, finished = "", None
-    async for event in events:
-        if isinstance(event, JobFailed):
-            raise JobError(event.error)
-        if isinstance(event, TokenEvent):
-            text += event.text
-        else:
-            finished = event
-    if finished is None:
-        raise JobError(ConnectionAbortedError("the client disconnected"))
+    text, finished = await collected(events)
     return _final(state, start, finished, text, job.number)
 
 
@@ -146,7 +137,7 @@ def _final(state: ServerState, start: Started, finished: Finished, content: str,
 async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], task: int) -> AsyncIterator[str]:
     async for event in events:
         if isinstance(event, JobFailed):
-            yield sse({"error": {"message": str(event.error), "type": "server_error", "code": 500}})
+            yield sse_failure(event)
             return
         if isinstance(event, TokenEvent):
             if event.text:

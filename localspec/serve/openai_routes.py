@@ -19,7 +19,7 @@ from localspec.serve.fim import fim_prompt
 from localspec.serve.payloads import FINISH_REASONS, localspec_stats, new_id, now, timings, usage
 from localspec.serve.requests import ChatRequest, CompletionRequest
 from localspec.serve.state import ServerState
-from localspec.serve.streaming import JobError, sse, started
+from localspec.serve.streaming import collected, sse, sse_failure, started
 from localspec.serve.worker import JobFailed
 
 router = APIRouter()
@@ -65,15 +65,9 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(_chat_stream(state, reply, shaper, events, include_usage), media_type="text/event-stream")
-    content, reasoning_text, calls, finished = "", "", [], None
-    async for event in events:
-        if isinstance(event, JobFailed):
-            raise JobError(event.error)
-        delta = shaper.end() if isinstance(event, Finished) else shaper.feed(event.text)
-        content, reasoning_text, calls = content + delta.content, reasoning_text + delta.reasoning, calls + delta.calls
-        finished = event if isinstance(event, Finished) else finished
-    if finished is None:
-        raise JobError(ConnectionAbortedError("the client disconnected"))
+    text, finished = await collected(events)
+    whole, rest = shaper.feed(text), shaper.end()
+    content, reasoning_text, calls = whole.content + rest.content, whole.reasoning + rest.reasoning, whole.calls + rest.calls
     message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
     if reasoning_text:
         message["reasoning_content"] = reasoning_text
@@ -113,7 +107,7 @@ async def _chat_stream(state: ServerState, reply: _Reply, shaper: AnswerShaper, 
     calls_sent = 0
     async for event in events:
         if isinstance(event, JobFailed):
-            yield sse({"error": {"message": str(event.error), "type": "server_error", "code": 500}})
+            yield sse_failure(event)
             return
         delta = shaper.end() if isinstance(event, Finished) else shaper.feed(event.text)
         payload = _chat_delta(delta, calls_sent)
@@ -152,16 +146,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(_completion_stream(state, reply, events, include_usage), media_type="text/event-stream")
-    text, finished = "", None
-    async for event in events:
-        if isinstance(event, JobFailed):
-            raise JobError(event.error)
-        if isinstance(event, TokenEvent):
-            text += event.text
-        else:
-            finished = event
-    if finished is None:
-        raise JobError(ConnectionAbortedError("the client disconnected"))
+    text, finished = await collected(events)
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH_REASONS[finished.reason]}
     return JSONResponse(reply.body("text_completion", [choice], finished, state) | {"usage": usage(finished.stats)})
 
@@ -169,7 +154,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
 async def _completion_stream(state: ServerState, reply: _Reply, events: AsyncIterator[Any], include_usage: bool) -> AsyncIterator[str]:
     async for event in events:
         if isinstance(event, JobFailed):
-            yield sse({"error": {"message": str(event.error), "type": "server_error", "code": 500}})
+            yield sse_failure(event)
             return
         if isinstance(event, TokenEvent):
             if event.text:

@@ -11,13 +11,13 @@ import uvicorn
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.errors import LocalspecError, UsageError
 from localspec.serve.app import create_app
-from localspec.serve.options import ServeOptions, check_bind
+from localspec.serve.options import ServeOptions
 from localspec.serve.state import ServerState
 from localspec.session.chat import plain_ms_per_token
 
 
 def run_server(config: EngineConfig, options: ServeOptions) -> int:
-    check_bind(options)
+    """Serve `config`'s pair with `options`, already checked against the bind rule (check_bind)."""
     _check_port_free(options.host, options.port)
     state = ServerState(options)
     loader = threading.Thread(target=_load, args=(state, config), name="localspec-load", daemon=True)

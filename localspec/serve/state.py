@@ -18,7 +18,6 @@ from localspec.engine import defaults
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
-from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason
 from localspec.engine.model import Model
 from localspec.engine.sampling import SamplingParams
@@ -91,10 +90,8 @@ class ServerState:
             prompt, thinking_open = build_prompt(engine.target)
             if not prompt:
                 raise UsageError("The prompt is empty: send some text to continue.")
-            if len(prompt) >= engine.target.n_ctx:
-                raise PromptTooLongError(f"The prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}, "
-                                         "leaving no room for an answer. Shorten it, or start the server with a larger --ctx-size.")
             decoder = engine.decoder(drafter)
+            decoder.check_fits(prompt)  # before Started: a stream's status is settled there
             yield Started(len(prompt), thinking_open)
             deadline = _Deadline(time_limit_ms, cancel)
             for event in decoder.generate(prompt, config, cancel):

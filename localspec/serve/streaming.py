@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import Request
 
 from localspec.engine.events import Finished, TokenEvent
+from localspec.serve.payloads import error_body
 from localspec.serve.state import Started
 from localspec.serve.worker import END, Job, JobFailed
 
@@ -53,5 +54,25 @@ async def _watched(job: Job, request: Request) -> AsyncIterator[Any]:
         job.cancel.set()  # a no-op once the job has ended
 
 
+async def collected(events: AsyncIterator[TokenEvent | Finished]) -> tuple[str, Finished]:
+    """A whole answer, for a response that is not streamed: its text and how it ended."""
+    text, finished = "", None
+    async for event in events:
+        if isinstance(event, JobFailed):
+            raise JobError(event.error)
+        if isinstance(event, TokenEvent):
+            text += event.text
+        else:
+            finished = event
+    if finished is None:
+        raise JobError(ConnectionAbortedError("the client disconnected"))
+    return text, finished
+
+
 def sse(payload: dict[str, Any] | str) -> str:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def sse_failure(failed: JobFailed) -> str:
+    """A generation that failed after its stream began: the status is sent, so the error goes as the last event."""
+    return sse(error_body(str(failed.error), "server_error", 500))

@@ -138,8 +138,7 @@ class History:
     def _memory_copy(self, reason: BaseException) -> tuple[sqlite3.Connection, str]:
         """An in-memory history holding what the file holds (read-only if need be), and the words that say what happened.
         Where the file could not be read (damaged, or a newer schema), the session starts empty and is never written back."""
-        memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        memory.execute("PRAGMA foreign_keys = ON")
+        memory = _memory_db()
         folder = self.path.parent
         copied = False
         if isinstance(reason, HistoryError):  # a newer schema: not read, so it cannot be damaged
@@ -167,16 +166,15 @@ class History:
             self._migrate(memory)
         except HistoryError:
             memory.close()
-            memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)  # a newer schema: start empty
+            memory = _memory_db()  # the copy is of a newer schema: start empty
             self._migrate(memory)
             copied = False
         self._copy_of_file = copied
         return memory, problem
 
     def _fall_back_to_memory(self, reason: sqlite3.Error) -> None:
-        memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        memory = _memory_db()
         self._db.backup(memory)  # reading still works where writing does not
-        memory.execute("PRAGMA foreign_keys = ON")
         self._db.close()
         self._db = memory
         self.saving = False
@@ -292,6 +290,12 @@ class History:
 
     def delete_message(self, message_id: int) -> None:
         self._run("DELETE FROM messages WHERE id = ?", (message_id,))
+
+
+def _memory_db() -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA foreign_keys = ON")
+    return db
 
 
 def _process_alive(pid: int) -> bool:

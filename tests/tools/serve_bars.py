@@ -126,7 +126,7 @@ def main() -> None:
             ask([{"role": "user", "content": "Hello"}])
         for round_index in range(args.rounds):
             for prompt in prompts:
-                messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.prompt}]
+                messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
                 order = list(modes.items())
                 order = order[round_index % len(order):] + order[: round_index % len(order)]
                 for name, ask in order:
