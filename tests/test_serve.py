@@ -144,7 +144,8 @@ def test_a_client_that_leaves_mid_stream_frees_the_engine(tiny, tmp_path):
         started = time.monotonic()
         reply = client(server).chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
         assert reply.usage.completion_tokens == 4 and time.monotonic() - started < 30
-        cut = re.search(r"chat, streamed · (\d+) tokens .* cancelled \(the client left\)", server.log_text())
+        # the client may leave before the first token or after some: either way the generation stops there
+        cut = re.search(r"chat, streamed · (\d+) tokens .*cancelled \(the client left\)", server.log_text())
         assert cut is not None and int(cut[1]) < 16000, server.log_text()  # stopped, not run to the end of the context
 
 

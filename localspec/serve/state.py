@@ -110,9 +110,10 @@ class ServerState:
     def log(self, route: str, stats: GenerationStats, status: str = "") -> None:
         """One line per request as it ends: what a user watching the terminal wants to know."""
         plain = 1000.0 / self.plain_ms_per_token if self.plain_ms_per_token else 0.0
-        if not stats.predicted_n:  # n_predict 0: the cache warmed, nothing generated
-            task = self.worker.running.number if self.worker.running else 0
-            print(f"  #{task} {route} · warmed the cache: {stats.prompt_n} prompt tokens, {stats.cache_n} already cached",
+        task = self.worker.running.number if self.worker.running else 0
+        if not stats.predicted_n:  # n_predict 0, or a client that left before the first token
+            done = status or "warmed the cache"
+            print(f"  #{task} {route} · 0 tokens · {done}: {stats.prompt_n} prompt tokens, {stats.cache_n} already cached",
                   file=sys.stderr, flush=True)
             return
         parts = [route, f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s", stats.drafter]
@@ -124,7 +125,6 @@ class ServerState:
             parts.append(f"{stats.cache_n} prompt tokens cached")
         if status:
             parts.append(status)
-        task = self.worker.running.number if self.worker.running else 0
         print(f"  #{task} " + " · ".join(parts), file=sys.stderr, flush=True)
 
 
