@@ -19,6 +19,7 @@ from localspec.cli.arg_checks import check_args
 from localspec.engine import defaults
 from localspec.engine.drafters import registry
 from localspec.errors import LocalspecError, UsageError
+from localspec.serve.options import DEFAULT_PARALLEL
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but /health (needed beyond loopback)")
     serve.add_argument("--insecure-no-api-key", action="store_true", help="listen beyond this machine without a key (a trusted network only)")
     serve.add_argument("--alias", help="the model name clients see (default: the pair id, else the target file's name)")
+    serve.add_argument("-np", "--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
+                       help=f"slots: requests generated at once, in one batch (default {DEFAULT_PARALLEL}); each slot has "
+                            "--ctx-size tokens of context, so the caches hold N times that")
     _add_draft_args(serve)
 
     make_draft = commands.add_parser("make-draft", help="cut a self-speculative draft from a target: its first N blocks and its output head")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from localspec.cli.pair_args import engine_config_from_args, resolve_models
-from localspec.serve.options import ServeOptions, check_bind
+from localspec.serve.options import ServeOptions, check_bind, check_parallel
 from localspec.serve.run import run_server
 
 
@@ -13,6 +13,8 @@ def run_serve(args: argparse.Namespace) -> int:
     resolve_models(args)
     options = ServeOptions(host=args.host, port=args.port, api_key=args.api_key, insecure_no_api_key=args.insecure_no_api_key,
                            alias=args.alias or args.pair or args.target.stem, drafter=args.drafter, draft_max=args.draft_max,
-                           draft_p_min=args.draft_p_min)
+                           draft_p_min=args.draft_p_min, parallel=args.parallel)
+    check_parallel(options)
     check_bind(options)  # before the memory plan reads the headers
+    args.ctx_size *= options.parallel  # --ctx-size is each slot's: the caches hold a context per slot
     return run_server(engine_config_from_args(args), options)

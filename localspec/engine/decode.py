@@ -43,11 +43,6 @@ class GenerationConfig:
     record_margins: bool = False  # evidence for lossless tests; costs a partition per row
 
 
-def _top2_margins(rows: np.ndarray) -> np.ndarray:
-    top2 = np.partition(rows, -2, axis=1)[:, -2:]
-    return top2[:, 1] - top2[:, 0]
-
-
 class Decoder:
     def __init__(self, target: Model, drafter: Drafter | None = None) -> None:
         self.target = target
@@ -92,23 +87,8 @@ class Decoder:
             k = max(0, min(config.draft_max, room, config.max_tokens - stats.predicted_n - 1))
             draft, verdict, margins = self._step(last, k, room, config, rng, stats)
 
-            final_source = TokenSource.TARGET if not draft.tokens else (
-                TokenSource.BONUS if verdict.n_accepted == draft.branch_length(verdict.branch) else TokenSource.CORRECTION
-            )
-            for i, token in enumerate([*verdict.accepted, verdict.token]):
-                if target.is_eog(token):
-                    reason = StopReason.EOS
-                    break
-                source = TokenSource.ACCEPTED if i < verdict.n_accepted else final_source
-                piece = text.push(target.token_bytes(token))
-                stats.predicted_n += 1
-                yield TokenEvent(token, piece, source, stats.n_steps, None if margins is None else float(margins[i]))
-                if text.stopped:
-                    reason = StopReason.STOP_STRING
-                    break
-                if stats.predicted_n >= config.max_tokens:
-                    reason = StopReason.MAX_TOKENS
-                    break
+            events, reason = emitted_tokens(target, draft, verdict, margins, text, stats, config)
+            yield from events
             last = verdict.token
 
         drafter.end()
@@ -155,8 +135,8 @@ class Decoder:
         else:
             rows = self.target.decode_tree([last, *draft.tokens[: fork.at]], draft.tokens[fork.at :], fork.tokens)
         t2 = time.perf_counter_ns()
-        verdict = self._verify(draft, rows, config, greedy, rng)
-        margins = _top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
+        verdict = judge(draft, rows, config, rng)
+        margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         if fork is not None:
             on_fork = verdict.n_accepted - fork.at if verdict.branch == 1 else None
             self.target.settle_tree(n_past + 1 + fork.at, on_fork)
@@ -169,15 +149,45 @@ class Decoder:
         stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)
         return draft, verdict, margins
 
-    @staticmethod
-    def _verify(draft: Draft, rows: np.ndarray, config: GenerationConfig, greedy: bool, rng: np.random.Generator) -> Verdict:
-        if draft.fork is not None:
-            # Each branch's tokens are deterministic candidates: the target's own choice (argmax, or its sample from p) picks the path.
-            if greedy:
-                return verify_tree(draft, rows, lambda row: int(row.argmax()))
-            return verify_tree(draft, rows, lambda row: distribution(row, config.sampling).sample(rng))
+
+def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.ndarray | None, text: TextAssembler,
+                   stats: GenerationStats, config: GenerationConfig) -> tuple[list[TokenEvent], StopReason | None]:
+    """A verdict's tokens as events, in order, up to the first that ends the answer (end of generation, a stop string,
+    max_tokens), and why it ended (None: it goes on). The one-sequence loop and the batch scheduler share it."""
+    final_source = TokenSource.TARGET if not draft.tokens else (
+        TokenSource.BONUS if verdict.n_accepted == draft.branch_length(verdict.branch) else TokenSource.CORRECTION
+    )
+    events: list[TokenEvent] = []
+    for i, token in enumerate([*verdict.accepted, verdict.token]):
+        if target.is_eog(token):
+            return events, StopReason.EOS
+        source = TokenSource.ACCEPTED if i < verdict.n_accepted else final_source
+        piece = text.push(target.token_bytes(token))
+        stats.predicted_n += 1
+        events.append(TokenEvent(token, piece, source, stats.n_steps, None if margins is None else float(margins[i])))
+        if text.stopped:
+            return events, StopReason.STOP_STRING
+        if stats.predicted_n >= config.max_tokens:
+            return events, StopReason.MAX_TOKENS
+    return events, None
+
+
+def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.random.Generator) -> Verdict:
+    """The target's verdict on a draft from its verify rows: greedy at temperature 0, else the configured rule."""
+    greedy = config.sampling.greedy
+    if draft.fork is not None:
+        # Each branch's tokens are deterministic candidates: the target's own choice (argmax, or its sample from p) picks the path.
         if greedy:
-            return verify_greedy(draft.tokens, rows)
-        if config.verification == "sample-match":
-            return verify_sample_match(draft.tokens, rows, config.sampling, rng)
-        return verify_speculative(draft.tokens, draft.dists, rows, config.sampling, rng)
+            return verify_tree(draft, rows, lambda row: int(row.argmax()))
+        return verify_tree(draft, rows, lambda row: distribution(row, config.sampling).sample(rng))
+    if greedy:
+        return verify_greedy(draft.tokens, rows)
+    if config.verification == "sample-match":
+        return verify_sample_match(draft.tokens, rows, config.sampling, rng)
+    return verify_speculative(draft.tokens, draft.dists, rows, config.sampling, rng)
+
+
+def top2_margins(rows: np.ndarray) -> np.ndarray:
+    """Each row's best logit minus its second: how near a tie the target's choice was (the lossless tests' evidence)."""
+    top2 = np.partition(rows, -2, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.engine import defaults
+from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.self_draft import cached_self_draft
@@ -72,6 +73,12 @@ class Engine:
             self.target.ensure_sequences(spec.target_sequences)
             self._decoders[drafter] = Decoder(self.target, spec.build(self))
         return self._decoders[drafter]
+
+    def batch(self, n_slots: int) -> BatchScheduler:
+        """Several generations at once (a server's slots) on this pair. The caches reopen with a sequence per slot,
+        empty, and the target's batch costs are timed: the one-sequence decoders are not to be used after this."""
+        self._decoders.clear()
+        return BatchScheduler(self.target, self.draft, n_slots)
 
     @property
     def cost_cache_dir(self) -> Path | None:

@@ -335,18 +335,45 @@ class Model:
 
     def _run_batch(self, entries: Sequence[tuple[int, int, tuple[int, ...]]], outputs: int) -> np.ndarray | None:
         """llama_decode over (token, position, sequences) entries; logits of the last `outputs` entries."""
+        first_output = len(entries) - outputs
+        return self._decode_entries(entries, [i >= first_output for i in range(len(entries))])
+
+    def decode_sequences(self, entries: Sequence[tuple[int, int, int, bool]]) -> np.ndarray | None:
+        """One llama_decode over (token, position, sequence, wants_logits) entries of several sequences at once.
+
+        The batch scheduler's pass: every slot's tokens under its own sequence id, which it tracks itself
+        (this wrapper's `kv_tokens` is sequence 0's, for the single-sequence path). Returns a row per entry
+        that wants logits, in entry order: a view valid until the next decode.
+        """
+        return self._decode_entries([(token, pos, (seq,)) for token, pos, seq, _ in entries], [wants for *_, wants in entries])
+
+    def forget(self, seq: int, from_pos: int = 0) -> None:
+        """Drop sequence `seq`'s cells from position `from_pos` on (a slot's rollback, or its whole cache)."""
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
+            raise EngineError(f"{self.path.name} cannot roll back its cache (a recurrent or hybrid architecture): "
+                              "serve it with --parallel 1 and no draft.")
+
+    def clear_cache(self) -> None:
+        """Every sequence's cells gone: the multi-sequence scheduler starts from an empty cache."""
+        llama_cpp.llama_memory_clear(self._memory, True)
+        self.kv_tokens = []
+
+    def cells_held(self, seq: int) -> int:
+        """Positions sequence `seq` holds in the cache (its highest position + 1): a leak check for the scheduler's tests."""
+        return llama_cpp.llama_memory_seq_pos_max(self._memory, seq) + 1
+
+    def _decode_entries(self, entries: Sequence[tuple[int, int, tuple[int, ...]]], wants_logits: Sequence[bool]) -> np.ndarray | None:
         n = len(entries)
         if n > self.n_batch:
             raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
         batch = self._batch
-        first_output = n - outputs
         for i, (token, pos, seqs) in enumerate(entries):
             batch.token[i] = token
             batch.pos[i] = pos
             batch.n_seq_id[i] = len(seqs)
             for j, seq in enumerate(seqs):
                 batch.seq_id[i][j] = seq
-            batch.logits[i] = i >= first_output
+            batch.logits[i] = wants_logits[i]
         batch.n_tokens = n
         start = time.perf_counter_ns()
         rc = llama_cpp.llama_decode(self._ctx, batch)
@@ -354,6 +381,7 @@ class Model:
         if rc != 0:
             raise EngineError(self._decode_failure_message(rc, n))
         self.n_decoded += n
+        outputs = sum(1 for wants in wants_logits if wants)
         if outputs == 0:
             return None
         pointer = llama_cpp.llama_get_logits(self._ctx)

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from localspec import __version__
-from localspec.engine.events import Finished, StopReason, TokenEvent
+from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.model import Model
-from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
 from localspec.serve.fim import fim_prompt
+from localspec.serve.jobs import Started
 from localspec.serve.openai_routes import server
 from localspec.serve.payloads import STOP_TYPES, error_body, localspec_stats, timings
 from localspec.serve.requests import DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest
-from localspec.serve.state import ServerState, Started
+from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
-from localspec.serve.worker import JobFailed, JobRun
+from localspec.serve.worker import JobFailed, SlotView
 
 router = APIRouter()
 
@@ -43,7 +41,7 @@ async def props(request: Request) -> dict[str, Any]:
     return {
         "default_generation_settings": {"n_ctx": engine.target.n_ctx, "model": state.options.alias,
                                         "params": {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min}},
-        "total_slots": 1, "model_path": str(engine.config.target), "chat_template": engine.target.chat_template() or "",
+        "total_slots": state.options.parallel, "model_path": str(engine.config.target), "chat_template": engine.target.chat_template() or "",
         "build_info": f"localspec {__version__}", "modalities": {"vision": False, "audio": False},
         "localspec": {"draft_path": str(engine.config.draft) if engine.config.draft else None, "drafter": state.options.drafter,
                       "plain_per_second": 1000.0 / state.plain_ms_per_token if state.plain_ms_per_token else None},
@@ -52,17 +50,20 @@ async def props(request: Request) -> dict[str, Any]:
 
 @router.get("/slots")
 async def slots(request: Request) -> list[dict[str, Any]]:
-    """llama.cpp's shape, for its one slot here (several slots are the next step), with the speculation it has done."""
+    """llama.cpp's shape, a row per slot, with the speculation each has done (its running request's, else its last's)."""
     state, engine = server(request)
-    counts = state.metrics
-    return [{
-        "id": 0, "n_ctx": engine.target.n_ctx, "speculative": engine.draft is not None, "is_processing": state.worker.running is not None,
-        "params": {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min},
-        "localspec": {"drafter": state.options.drafter, "tokens_cached": engine.target.n_past, "draft_n": counts.draft_tokens,
-                      "draft_n_accepted": counts.accepted_tokens,
-                      "acceptance_rate": counts.accepted_tokens / counts.draft_tokens if counts.draft_tokens else None,
-                      "acceptance_by_position": [a / d if d else 0.0 for a, d in zip(counts.accepted_per_pos, counts.drafted_per_pos)]},
-    }]
+    params = {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min}
+    return [{"id": view.id, "id_task": view.task, "n_ctx": view.n_ctx, "speculative": engine.draft is not None or state.options.drafter != "none",
+             "is_processing": view.busy, "params": params, "localspec": _slot_stats(state, view)}
+            for view in state.worker.slots(engine)]
+
+
+def _slot_stats(state: ServerState, view: SlotView) -> dict[str, Any]:
+    stats = state.slot_totals.get(view.id)
+    return {"drafter": stats.drafter if stats else state.options.drafter, "tokens_cached": view.tokens_cached,
+            "draft_n": stats.draft_n if stats else 0, "draft_n_accepted": stats.draft_n_accepted if stats else 0,
+            "acceptance_rate": stats.acceptance_rate if stats and stats.draft_n else None,
+            "acceptance_by_position": stats.acceptance_by_position if stats else []}
 
 
 @router.post("/tokenize")
@@ -85,8 +86,7 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any
 @router.get("/metrics")
 async def metrics(request: Request) -> PlainTextResponse:
     state: ServerState = request.app.state.localspec
-    processing = 1 if state.worker.running is not None else 0
-    return PlainTextResponse(state.metrics.render(processing, state.worker.waiting), media_type="text/plain; version=0.0.4")
+    return PlainTextResponse(state.metrics.render(state.worker.processing, state.worker.waiting), media_type="text/plain; version=0.0.4")
 
 
 @router.post("/completion")
@@ -118,8 +118,7 @@ async def _native(state: ServerState, request: Request, body: NativeCompletionRe
                   n_predict: int, route: str, time_limit_ms: int = 0) -> Any:
     drafter, config = state.generation(body, n_predict if n_predict > 0 else None)
     label = route + (", streamed" if body.stream else "")
-    run = _warm_job(state, label, drafter, build) if n_predict == 0 else state.generation_job(label, drafter, build, config, time_limit_ms)
-    job = state.worker.submit(run)
+    job = state.worker.submit(state.generation_job(label, drafter, build, config, time_limit_ms, warm_only=n_predict == 0))
     start, events = await started(job, request)
     if body.stream:
         return StreamingResponse(_native_stream(state, start, events, job.number), media_type="text/event-stream")
@@ -144,21 +143,3 @@ async def _native_stream(state: ServerState, start: Started, events: AsyncIterat
                 yield sse({"content": event.text, "stop": False, "id_slot": 0, "tokens": [event.token] if event.token >= 0 else []})
             continue
         yield sse(_final(state, start, event, "", task))
-
-
-def _warm_job(state: ServerState, route: str, drafter: str, build: Any) -> JobRun:
-    """n_predict 0: evaluate the prompt into the caches and answer nothing; the next request finds it cached."""
-    engine = state.engine
-    assert engine is not None
-
-    def run(cancel: threading.Event) -> Iterator[Any]:
-        prompt, _ = build(engine.target)
-        start = time.perf_counter()
-        cached = engine.decoder(drafter).warm(prompt)
-        yield Started(len(prompt))
-        stats = GenerationStats(drafter=drafter, prompt_n=len(prompt), cache_n=cached, prompt_ms=(time.perf_counter() - start) * 1000)
-        finished = Finished(StopReason.MAX_TOKENS, stats, "")
-        state.finish(route, finished)
-        yield finished
-
-    return run

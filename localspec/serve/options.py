@@ -10,6 +10,8 @@ from localspec.engine.drafters import registry
 from localspec.errors import UsageError
 
 LOOPBACK_NAMES = ("localhost",)
+MAX_PARALLEL = 64
+DEFAULT_PARALLEL = 1  # see the README's "Several clients at once" for the measurements behind it
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class ServeOptions:
     draft_max: int | None = None  # None: the drafter's default (auto's cap, else llama.cpp's K)
     draft_p_min: float = defaults.DRAFT_P_MIN
     insecure_no_api_key: bool = False  # the user's explicit choice to listen beyond this machine without a key
+    parallel: int = 1  # slots: requests generated at once, batched together
 
 
 def is_loopback(host: str) -> bool:
@@ -31,6 +34,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_parallel(options: ServeOptions) -> None:
+    """Several slots share one batch, which runs the drafters that need no sequence of their own."""
+    if not 1 <= options.parallel <= MAX_PARALLEL:
+        raise UsageError(f"--parallel {options.parallel} is out of range: it takes a whole number from 1 to {MAX_PARALLEL}.")
+    if options.parallel > 1 and options.drafter not in registry.BATCH_DRAFTERS:
+        raise UsageError(f"--drafter {options.drafter} needs a slot to itself: with --parallel {options.parallel} pick one of "
+                         f"{', '.join(registry.BATCH_DRAFTERS)}, or serve with --parallel 1.")
 
 
 def check_bind(options: ServeOptions) -> None:

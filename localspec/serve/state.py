@@ -2,15 +2,12 @@
 
 Also the two steps every generating route takes: the request's settings turned
 into the engine's (`generation`), and the job that builds the prompt and runs
-the decoder on the worker thread (`generation_job`).
+the decoder on the worker's thread (`generation_job`, serve/jobs.py).
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,32 +16,25 @@ from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
 from localspec.engine.events import Finished, StopReason
-from localspec.engine.model import Model
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
+from localspec.serve.jobs import GenerationJob, PromptBuilder
 from localspec.serve.metrics import Metrics
 from localspec.serve.options import ServeOptions
 from localspec.serve.requests import SamplingFields
-from localspec.serve.worker import GenerationWorker, JobRun
-
-
-@dataclass(frozen=True)
-class Started:
-    """The prompt is built and fits: generation begins (a stream's HTTP status is settled from here on)."""
-
-    prompt_n: int
-    thinking_open: bool = False  # the prompt itself opened <think>: the answer starts inside it
+from localspec.serve.worker import GenerationWorker, Worker
 
 
 @dataclass
 class ServerState:
     options: ServeOptions
-    worker: GenerationWorker = field(default_factory=GenerationWorker)
+    worker: Worker = field(default_factory=GenerationWorker)
     metrics: Metrics = field(default_factory=Metrics)
     engine: Engine | None = None  # None while loading
     plain_ms_per_token: float = 0.0
     load_error: str | None = None
+    slot_totals: dict[int, GenerationStats] = field(default_factory=dict)  # each slot's requests summed, for /slots
 
     def generation(self, request: SamplingFields, max_tokens: int | None) -> tuple[str, GenerationConfig]:
         """The drafter and the engine's settings for a request: its own fields, else the server's options."""
@@ -79,38 +69,22 @@ class ServerState:
                                   draft_p_min=self.options.draft_p_min if p_min is None else p_min, stop=request.stop_strings)
         return drafter, config
 
-    def generation_job(self, route: str, drafter: str, build_prompt: Callable[[Model], tuple[list[int], bool]],
-                       config: GenerationConfig, time_limit_ms: int = 0) -> JobRun:
-        """Runs on the worker thread: the prompt (built there, beside the engine), then the decoder's events; the
-        generation is counted and logged as it ends, whether its client is still there or not."""
-        engine = self.engine
-        assert engine is not None
+    def generation_job(self, route: str, drafter: str, build_prompt: PromptBuilder, config: GenerationConfig,
+                       time_limit_ms: int = 0, warm_only: bool = False) -> GenerationJob:
+        assert self.engine is not None
+        return GenerationJob(self.engine, self.finish, route, drafter, build_prompt, config, time_limit_ms, warm_only)
 
-        def run(cancel: threading.Event) -> Iterator[Any]:
-            prompt, thinking_open = build_prompt(engine.target)
-            if not prompt:
-                raise UsageError("The prompt is empty: send some text to continue.")
-            decoder = engine.decoder(drafter)
-            decoder.check_fits(prompt)  # before Started: a stream's status is settled there
-            yield Started(len(prompt), thinking_open)
-            deadline = _Deadline(time_limit_ms, cancel)
-            for event in decoder.generate(prompt, config, cancel):
-                if isinstance(event, Finished):
-                    self.finish(route, event)
-                yield event
-                deadline.check(getattr(event, "text", ""))
-
-        return run
-
-    def finish(self, route: str, finished: Finished) -> None:
-        """A generation ended: count it, and say it on the terminal."""
+    def finish(self, route: str, finished: Finished, task: int, slot: int = 0) -> None:
+        """A generation ended: count it, and say it on the terminal (`task`: its arrival number)."""
         self.metrics.record(finished.stats)
-        self.log(route, finished.stats, "cancelled (the client left)" if finished.reason is StopReason.CANCELLED else "")
+        earlier = self.slot_totals.get(slot)
+        self.slot_totals[slot] = GenerationStats.total([earlier, finished.stats] if earlier else [finished.stats])
+        self.slot_totals[slot].drafter = finished.stats.drafter
+        self.log(route, finished.stats, task, "cancelled (the client left)" if finished.reason is StopReason.CANCELLED else "")
 
-    def log(self, route: str, stats: GenerationStats, status: str = "") -> None:
+    def log(self, route: str, stats: GenerationStats, task: int, status: str = "") -> None:
         """One line per request as it ends: what a user watching the terminal wants to know."""
         plain = 1000.0 / self.plain_ms_per_token if self.plain_ms_per_token else 0.0
-        task = self.worker.running.number if self.worker.running else 0
         if not stats.predicted_n:  # n_predict 0, or a client that left before the first token
             done = status or "warmed the cache"
             print(f"  #{task} {route} · 0 tokens · {done}: {stats.prompt_n} prompt tokens, {stats.cache_n} already cached",
@@ -126,23 +100,6 @@ class ServerState:
         if status:
             parts.append(status)
         print(f"  #{task} " + " · ".join(parts), file=sys.stderr, flush=True)
-
-
-class _Deadline:
-    """llama.cpp's t_max_predict_ms: once a line has been written, stop when the time is up (autocomplete wants it fast)."""
-
-    def __init__(self, limit_ms: int, cancel: threading.Event) -> None:
-        self._clock = time.perf_counter
-        self._end = self._clock() + limit_ms / 1000 if limit_ms > 0 else None
-        self._cancel = cancel
-        self._newline = False
-
-    def check(self, text: str) -> None:
-        if self._end is None:
-            return
-        self._newline = self._newline or "\n" in text
-        if self._newline and self._clock() > self._end:
-            self._cancel.set()
 
 
 def _number(value: Any, name: str, kind: type) -> Any:

@@ -10,8 +10,8 @@ from typing import Any
 from fastapi import Request
 
 from localspec.engine.events import Finished, TokenEvent
+from localspec.serve.jobs import Started
 from localspec.serve.payloads import error_body
-from localspec.serve.state import Started
 from localspec.serve.worker import END, Job, JobFailed
 
 DISCONNECT_POLL_S = 0.25

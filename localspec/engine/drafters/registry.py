@@ -28,6 +28,7 @@ class DrafterSpec:
     module: str  # under localspec.engine.drafters, holding `build(sources) -> Drafter`
     builder: str = "build"
     target_sequences: int = 1  # sequences the target's cache must hold (a tree verifies two branches side by side)
+    batches: bool = False  # runs in a shared batch of slots (engine/batch/): one sequence, drafted together with the others
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -36,9 +37,9 @@ class DrafterSpec:
 
 _SPECS = (
     DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
-                False, "auto.controller"),
-    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model"),
-    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram"),
+                False, "auto.controller", batches=True),
+    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", batches=True),
+    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram", batches=True),
     DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
     DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
                 True, "hierarchical"),
@@ -46,10 +47,11 @@ _SPECS = (
                 target_sequences=2),
     DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
                 "draft_model", "build_self"),
-    DrafterSpec("none", "plain decoding", False, "base", "build_none"),
+    DrafterSpec("none", "plain decoding", False, "base", "build_none", batches=True),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
 DEFAULT = "auto"
+BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batches)
 NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
 
 

@@ -1,0 +1,121 @@
+"""The draft model drafting for every slot at once: one pass per draft position, one token per drafting slot.
+
+Each slot's sequence in the draft's cache is kept in step with the slot's settled
+text without decoding anything twice: drafted tokens that the target accepted
+stay; the rest is cut, and what the draft has not read yet (the target's own
+tokens, a new prompt) goes into the first pass, which also yields every slot's
+first draft token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.engine.batch.slot import Slot, common_prefix
+from localspec.engine.drafters.base import Draft
+from localspec.engine.model import Model
+from localspec.engine.sampling import SamplingParams, distribution, greedy_with_confidence
+
+
+@dataclass
+class DraftOrder:
+    """Draft up to k tokens for a slot: greedily (sampling None) or sampled from q, stopping below p_min."""
+
+    slot: Slot
+    k: int
+    p_min: float
+    sampling: SamplingParams | None
+    rng: np.random.Generator
+
+
+@dataclass
+class _Drafting:
+    order: DraftOrder
+    draft: Draft
+    done: bool = False
+
+
+class BatchDraftModel:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.passes: list[tuple[int, float]] = []  # (tokens, ms) of the last draft's one-token-per-slot passes
+
+    def sync(self, slot: Slot, text: Sequence[int]) -> list[int]:
+        """Cut the slot's draft sequence back to what it shares with `text`; the part of `text` it has yet to read."""
+        keep = common_prefix(slot.draft_cached, text)
+        if keep < len(slot.draft_cached):
+            self.model.forget(slot.seq, keep)
+            del slot.draft_cached[keep:]
+        return list(text[keep:])
+
+    def read(self, slots: Sequence[Slot]) -> None:
+        """Bring the slots' draft sequences up to what the target has read of their prompts (no logits): the draft
+        keeps up while the target reads, so its first draft does not pay for the whole prompt at once."""
+        entries = []
+        for slot in slots:
+            unread = self.sync(slot, slot.cached)
+            entries += [(token, len(slot.draft_cached) + i, slot.seq, False) for i, token in enumerate(unread)]
+            slot.draft_cached.extend(unread)
+        for start in range(0, len(entries), self.model.n_batch):
+            self.model.decode_sequences(entries[start : start + self.model.n_batch])
+
+    def draft(self, orders: Sequence[DraftOrder]) -> dict[int, Draft]:
+        """Drafts by slot sequence id: the catch-up pass gives each slot's first token, then one pass per position."""
+        self.passes = []
+        work = [_Drafting(order, Draft()) for order in orders if order.k > 0]
+        entries: list[tuple[int, int, int, bool]] = []
+        owners: list[_Drafting] = []
+        for item in work:
+            slot = item.order.slot
+            unread = [*self.sync(slot, slot.cached), slot.last]  # the last token always unread: it gives the first row
+            entries += [(token, len(slot.draft_cached) + i, slot.seq, i == len(unread) - 1) for i, token in enumerate(unread)]
+            owners.append(item)
+            slot.draft_cached.extend(unread)
+        self._decode_and_choose(entries, owners)
+        while active := [item for item in work if not item.done]:
+            entries = []
+            for item in active:
+                slot, token = item.order.slot, item.draft.tokens[-1]
+                entries.append((token, len(slot.draft_cached), slot.seq, True))
+                slot.draft_cached.append(token)
+            start = time.perf_counter_ns()
+            self._decode_and_choose(entries, active)
+            self.passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))
+        return {item.order.slot.seq: item.draft for item in work}
+
+    def _decode_and_choose(self, entries: list[tuple[int, int, int, bool]], owners: list[_Drafting]) -> None:
+        """Decode (in n_batch pieces if a catch-up is long), choosing each owner's next token from its row as it comes."""
+        owner_index = 0
+        n_batch = self.model.n_batch
+        for start in range(0, len(entries), n_batch):
+            piece = entries[start : start + n_batch]
+            rows = self.model.decode_sequences(piece)
+            for row_index in range(sum(1 for entry in piece if entry[3])):
+                assert rows is not None
+                self._choose(owners[owner_index], rows[row_index])
+                owner_index += 1
+
+    @staticmethod
+    def _choose(item: _Drafting, row: np.ndarray) -> None:
+        order, draft = item.order, item.draft
+        if order.sampling is None:
+            if order.p_min > 0.0:
+                token, confidence = greedy_with_confidence(row)
+                if confidence < order.p_min:
+                    item.done = True
+                    return
+            else:
+                token = int(row.argmax())
+            draft.tokens.append(token)
+        else:
+            q = distribution(row, order.sampling)
+            if q.top_prob < order.p_min:
+                item.done = True
+                return
+            draft.tokens.append(q.sample(order.rng))
+            draft.dists.append(q)
+        item.done = len(draft.tokens) >= order.k

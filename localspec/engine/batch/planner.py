@@ -1,0 +1,163 @@
+"""Each slot's draft for the next step, chosen for the tokens per second of the whole batch.
+
+A slot's draft tokens join a target pass that the other slots' tokens already
+make, so they cost the marginal cost of a bigger batch (verify(n + k) - verify(n)),
+not a pass of their own; the draft model's passes are shared the same way, one
+per draft position for every slot drafting that deep. For the slots left to auto,
+the planner picks the drafter and K (0 included) that maximise the batch's
+expected tokens over its expected time, one slot at a time given the others
+(coordinate ascent), starting from plain decoding for every slot: a plan is
+taken only where it beats that, so when the batch is big enough that drafting
+does not pay, nobody drafts. Acceptance is learned across slots and requests
+(one model for the draft model, one per lookup match class, as auto's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.controller import EXPLORE_FIRST, EXPLORE_MAX, MATCH_CLASS_PRIORS, MODEL_K_MAX, ShadowRun, match_class
+from localspec.engine.drafters.auto.costs import DECAY, CostTable
+from localspec.engine.drafters.ngram import Lookup
+
+ASCENT_ROUNDS = 2  # passes over the auto slots: a second one lets each slot answer the others' first choices
+
+
+@dataclass(frozen=True)
+class SlotOptions:
+    """What a slot could draft this step."""
+
+    drafter: str  # the request's: "none", "model", "ngram" or "auto"
+    cap: int  # the most draft tokens it may take (its K, its room in the context, its tokens left)
+    lookup: Lookup  # prompt lookup's run here (maybe empty)
+    pending: int  # tokens the draft model must read before it drafts for this slot
+
+
+@dataclass(frozen=True)
+class Choice:
+    source: str  # "none", "ngram" or "model"
+    k: int
+    predicted: float  # tokens this step is expected to emit for the slot: 1 + expected accepted
+
+    @property
+    def label(self) -> str:
+        return "none" if self.k == 0 else f"{self.source} K={self.k}"
+
+
+PLAIN = Choice("none", 0, 1.0)
+
+
+class BatchPlanner:
+    def __init__(self, costs: CostTable, has_draft_model: bool) -> None:
+        self.costs = costs
+        self.has_draft_model = has_draft_model and costs.draft_ms_per_token is not None
+        self.model_acceptance = AcceptanceModel(prior=0.7)
+        self.lookup_acceptance = {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()}
+        self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
+        self._since_model = 0
+        self._explore_every = EXPLORE_FIRST
+
+    # --- choosing ---------------------------------------------------------------------
+
+    def plan(self, slots: Sequence[SlotOptions], extra_tokens: int = 0) -> list[Choice]:
+        """A choice per slot; `extra_tokens` ride in the same target pass (a prompt chunk being read)."""
+        choices = [self._fixed(options) for options in slots]
+        auto = [i for i, options in enumerate(slots) if options.drafter == "auto" and options.cap > 0]
+        if auto:
+            best_rate = self._rate(choices, slots, extra_tokens)
+            for _ in range(ASCENT_ROUNDS):
+                changed = False
+                for i in auto:
+                    for candidate in self._candidates(slots[i]):
+                        trial = [*choices[:i], candidate, *choices[i + 1 :]]
+                        rate = self._rate(trial, slots, extra_tokens)
+                        if rate > best_rate * (1 + 1e-9):
+                            choices, best_rate, changed = trial, rate, True
+                if not changed:
+                    break
+            choices = self._maybe_explore(choices, slots, auto, best_rate, extra_tokens)
+        if any(choice.source == "model" and choice.k for choice in choices):
+            self._since_model = 0
+            self._explore_every = EXPLORE_FIRST
+        else:
+            self._since_model += 1
+        return choices
+
+    def _fixed(self, options: SlotOptions) -> Choice:
+        """The choice of a slot whose request named its drafter (auto starts from plain decoding)."""
+        if options.drafter == "ngram" and options.lookup.tokens and options.cap:
+            return self._lookup_choice(options.lookup, min(options.cap, len(options.lookup.tokens)))
+        if options.drafter == "model" and self.has_draft_model and options.cap:
+            return Choice("model", options.cap, 1 + self.model_acceptance.expected_accepted(options.cap))
+        return PLAIN
+
+    def _lookup_choice(self, lookup: Lookup, k: int) -> Choice:
+        acceptance = self.lookup_acceptance[match_class(lookup.match_length)]
+        return Choice("ngram", k, 1 + acceptance.expected_accepted(k))
+
+    def _candidates(self, options: SlotOptions) -> list[Choice]:
+        found = [PLAIN]
+        found += [self._lookup_choice(options.lookup, k) for k in range(1, min(options.cap, len(options.lookup.tokens)) + 1)]
+        if self.has_draft_model:
+            found += [Choice("model", k, 1 + self.model_acceptance.expected_accepted(k)) for k in range(1, min(options.cap, MODEL_K_MAX) + 1)]
+        return found
+
+    def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions], extra_tokens: int) -> float:
+        """Expected tokens per millisecond of the step the choices make: the drafting passes, then one target pass."""
+        tokens = sum(choice.predicted for choice in choices)
+        ms = self.overhead_ms + self.costs.verify(sum(choice.k + 1 for choice in choices) + extra_tokens)
+        depths = [(choice.k, options.pending) for choice, options in zip(choices, slots) if choice.source == "model" and choice.k]
+        if depths:
+            ms += self.costs.draft_batch(sum(max(1, pending) for _, pending in depths))  # catch-up and the first token
+            for depth in range(2, max(k for k, _ in depths) + 1):
+                ms += self.costs.draft_batch(sum(1 for k, _ in depths if k >= depth))
+        return tokens / ms
+
+    def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float,
+                       extra_tokens: int) -> list[Choice]:
+        """Now and then, let the draft model draft one slot when it is losing, so that it can win back (it costs a
+        pass to judge, unlike lookup); at doubling intervals, and only where it would win if every token were accepted."""
+        if not self.has_draft_model or any(c.source == "model" and c.k for c in choices) or self._since_model < self._explore_every:
+            return choices
+        i = auto[0]
+        k = min(2, slots[i].cap)
+        trial = [*choices[:i], Choice("model", k, 1 + self.model_acceptance.expected_accepted(k)), *choices[i + 1 :]]
+        hopeful = [*choices[:i], Choice("model", k, k + 1.0), *choices[i + 1 :]]
+        if self._rate(hopeful, slots, extra_tokens) <= best_rate:
+            return choices
+        self._explore_every = min(EXPLORE_MAX, 2 * self._explore_every)
+        return trial
+
+    # --- learning -----------------------------------------------------------------------
+
+    def watch_lookup(self, shadows: list[ShadowRun], lookup: Lookup) -> None:
+        """A lookup run is judged by the text that follows, whether it was drafted or not (it costs nothing to watch)."""
+        if lookup.tokens:
+            shadows.append(ShadowRun(str(match_class(lookup.match_length)), list(lookup.tokens)))
+
+    def settle(self, shadows: list[ShadowRun], tokens: Sequence[int]) -> list[ShadowRun]:
+        """The slot's new settled tokens judge its waiting lookup runs; those still undecided are returned."""
+        undecided = []
+        for shadow in shadows:
+            if shadow.judge(tokens):
+                self.lookup_acceptance[int(shadow.key)].observe(len(shadow.tokens), shadow.matched)
+            else:
+                undecided.append(shadow)
+        return undecided
+
+    def observe_model(self, n_drafted: int, n_accepted: int) -> None:
+        if n_drafted:
+            self.model_acceptance.observe(n_drafted, n_accepted)
+
+    def observe_verify(self, n_tokens: int, ms: float) -> None:
+        self.costs.observe_verify(n_tokens, ms)
+
+    def observe_overhead(self, ms: float) -> None:
+        self.overhead_ms = ms if not self.overhead_ms else DECAY * self.overhead_ms + (1 - DECAY) * ms
+
+    def observe_draft_pass(self, n_tokens: int, ms: float) -> None:
+        """A draft pass of n tokens teaches the per-token draft cost, scaled back to one token as draft_batch scales it."""
+        if self.costs.draft_ms_per_token is not None:
+            self.costs.observe_draft(ms * self.costs.verify(1) / self.costs.verify(n_tokens))

@@ -1,0 +1,308 @@
+"""The batch scheduler: every busy slot advances in one target pass per step (continuous batching).
+
+A step: cancelled slots free their cells; the planner picks each generating
+slot's draft; the draft model drafts them together (one pass per position);
+then ONE target pass holds every generating slot's [last, d1..dK] and, in the
+room a step's worth of time leaves, a chunk of each new prompt; each slot is
+verified and rolled back on its own sequence. A request that arrives joins at
+the next step, and its prompt never stalls the others for more than a step.
+
+Each slot may use 1/N of the context (n_ctx over the slots), so no slot can take
+the cells another needs; a finished slot keeps its cells as a prompt cache, and
+the next request goes to the free slot whose cache shares its longest prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
+from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
+from localspec.engine.batch.slot import Generation, Slot, SlotRequest
+from localspec.engine.decode import emitted_tokens, judge, top2_margins
+from localspec.engine.drafters.auto.costs import CostTable, calibrate
+from localspec.engine.drafters.base import Draft
+from localspec.engine.drafters.ngram import Lookup, NgramDrafter
+from localspec.engine.drafters.registry import BATCH_DRAFTERS
+from localspec.engine.errors import EngineError, PromptTooLongError
+from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
+from localspec.engine.model import Model
+from localspec.engine.sampling import make_rng
+from localspec.engine.stats import GenerationStats
+from localspec.engine.text import TextAssembler
+
+# Target batch sizes timed at start-up: up to a full batch of 8 slots drafting 7 each.
+CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
+MIN_PREFILL_CHUNK = 8  # a new prompt always moves, even beside a full batch
+
+
+@dataclass
+class _Step:
+    slot: Slot
+    choice: Choice
+    lookup: Lookup
+    draft: Draft
+
+
+class BatchScheduler:
+    def __init__(self, target: Model, draft: Model | None, n_slots: int, costs: CostTable | None = None) -> None:
+        if n_slots < 1:
+            raise ValueError("a batch needs at least one slot")
+        costs = costs or calibrate(target, draft, CALIBRATION_SIZES)
+        target.ensure_sequences(n_slots)
+        target.clear_cache()
+        if draft is not None:
+            draft.ensure_sequences(n_slots)
+            draft.clear_cache()
+        self.target = target
+        self.drafting = BatchDraftModel(draft) if draft is not None else None
+        self.slots = [Slot(seq) for seq in range(n_slots)]
+        self.share = target.n_ctx // n_slots  # each slot's part of the context
+        self.planner = BatchPlanner(costs, draft is not None)
+        self._arrivals = 0
+
+    # --- requests ---------------------------------------------------------------------
+
+    @property
+    def n_free(self) -> int:
+        return sum(1 for slot in self.slots if not slot.busy)
+
+    @property
+    def busy(self) -> bool:
+        return any(slot.busy for slot in self.slots)
+
+    def check_fits(self, prompt: Sequence[int]) -> None:
+        """A prompt must leave its slot room for an answer: refused before it takes a slot."""
+        if not prompt:
+            raise ValueError("the prompt must hold at least one token")
+        if len(prompt) >= self.share:
+            n = len(self.slots)
+            raise PromptTooLongError(
+                f"The prompt is {len(prompt)} tokens but a slot holds {self.share} (the {self.target.n_ctx}-token context "
+                f"shared by {n} slots), leaving no room for an answer. Shorten the prompt, or give the server a larger "
+                "--ctx-size or fewer --parallel slots."
+            )
+
+    def add(self, request: SlotRequest) -> Slot:
+        """Take a free slot (the one whose cache shares the longest prefix with the prompt); it joins at the next step."""
+        prompt = list(request.prompt)
+        self.check_fits(prompt)
+        request.config.sampling.validate()
+        if request.drafter not in BATCH_DRAFTERS:
+            raise EngineError(f"Several slots draft with {', '.join(BATCH_DRAFTERS)}; {request.drafter!r} needs a sequence "
+                              "of its own: serve with --parallel 1 to use it.")
+        free = [slot for slot in self.slots if not slot.busy]
+        if not free:
+            raise EngineError("every slot is busy: wait for one to finish")
+        slot = max(free, key=lambda s: s.shared_prefix(prompt[:-1]))
+        keep = slot.shared_prefix(prompt[:-1])
+        if keep < len(slot.cached):
+            self.target.forget(slot.seq, keep)
+            del slot.cached[keep:]
+        uses_model = self.drafting is not None and request.drafter in ("model", "auto")
+        if uses_model:
+            self.drafting.sync(slot, prompt[:-1])
+        rng, seed = make_rng(request.config.sampling.seed)
+        stats = GenerationStats(drafter=request.drafter, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
+                                seed=None if request.config.sampling.greedy else seed)
+        lookup = None
+        if request.drafter in ("ngram", "auto"):
+            lookup = NgramDrafter()
+            lookup.start(prompt)
+        self._arrivals += 1
+        slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
+                                     rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals, lookup)
+        slot.last = prompt[-1]
+        return slot
+
+    # --- one step -----------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Advance every busy slot by one pass. A failed pass ends every request in it with the error."""
+        try:
+            self._step()
+        except EngineError as exc:
+            for slot in self.slots:
+                if slot.generation is not None:
+                    slot.generation.request.fail(exc)
+                    slot.generation = None
+                self._free(slot)
+
+    def _step(self) -> None:
+        for slot in self.slots:
+            if slot.generation is not None and slot.generation.request.cancel.is_set():
+                self._finish(slot, StopReason.CANCELLED)
+                self._free(slot)  # a client that left takes its cells with it, at once
+        generating = [slot for slot in self.slots if slot.busy and not slot.prefilling and self._may_generate(slot)]
+        reading = sorted((slot for slot in self.slots if slot.prefilling), key=lambda slot: slot.generation.arrival)
+        if not generating and not reading:
+            return
+        step_start = time.perf_counter_ns()
+        ns_before = self._decode_ns()
+
+        options = [self._options(slot) for slot in generating]
+        budget = self._prefill_budget(sum(o.cap + 1 for o in options)) if generating else self.target.n_batch
+        chunks = []
+        for slot in reading:
+            if budget <= 0:
+                break
+            remaining = slot.generation.prompt[len(slot.cached) : len(slot.generation.prompt) - 1]
+            chunk = remaining[:budget]
+            chunks.append((slot, chunk))
+            budget -= len(chunk)
+        choices = self.planner.plan(options, sum(len(chunk) for _, chunk in chunks))
+        steps = self._drafts(generating, options, choices)
+        draft_end = time.perf_counter_ns()
+
+        entries: list[tuple[int, int, int, bool]] = []
+        for step in steps:
+            pos0 = len(step.slot.cached)
+            entries += [(token, pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
+        n_verify = len(entries)
+        for slot, chunk in chunks:
+            entries += [(token, len(slot.cached) + i, slot.seq, False) for i, token in enumerate(chunk)]
+        rows = self.target.decode_sequences(entries)
+        target_end = time.perf_counter_ns()
+        if steps and not chunks:
+            self.planner.observe_verify(n_verify, (target_end - draft_end) / 1e6)
+
+        offset = 0
+        for step in steps:
+            n = len(step.draft.tokens) + 1
+            assert rows is not None
+            self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6, (target_end - draft_end) / 1e6)
+            offset += n
+        for slot, chunk in chunks:
+            slot.cached.extend(chunk)
+        if self.drafting is not None:
+            self.drafting.read([slot for slot, _ in chunks if slot.generation.request.drafter in ("model", "auto")])
+        now = time.perf_counter_ns()
+        for slot, _ in chunks:
+            if not slot.prefilling:
+                slot.generation.stats.prompt_ms = (now - slot.generation.started_ns) / 1e6
+                slot.generation.generating_since_ns = now
+        spent = self._decode_ns() - ns_before
+        if steps:
+            self.planner.observe_overhead((time.perf_counter_ns() - step_start - spent) / 1e6)
+        for slot in [*(step.slot for step in steps), *(slot for slot, _ in chunks)]:
+            if slot.generation is not None:
+                slot.generation.llama_ns += spent
+
+    def _may_generate(self, slot: Slot) -> bool:
+        """A slot whose prompt is read: unless its answer is already over (n_predict 0, a full share), it generates."""
+        generation = slot.generation
+        assert generation is not None
+        if not generation.generating_since_ns:  # a prompt of one token, or one found whole in the cache
+            now = time.perf_counter_ns()
+            generation.stats.prompt_ms = (now - generation.started_ns) / 1e6
+            generation.generating_since_ns = now
+        if generation.request.config.max_tokens <= 0:  # the cache warmed; nothing to generate
+            self._finish(slot, StopReason.MAX_TOKENS)
+            return False
+        if self.share - len(slot.cached) - 1 < 0:
+            self._finish(slot, StopReason.CONTEXT_FULL, f"The slot's context is full ({self.share} tokens). Start a new "
+                                                        "conversation, or give the server a larger --ctx-size.")
+            return False
+        return True
+
+    def _options(self, slot: Slot) -> SlotOptions:
+        generation = slot.generation
+        assert generation is not None
+        config, stats = generation.request.config, generation.stats
+        room = self.share - len(slot.cached) - 1
+        cap = max(0, min(config.draft_max, room, config.max_tokens - stats.predicted_n - 1))
+        lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
+        pending = max(1, len(slot.cached) + 1 - len(slot.draft_cached))
+        drafter = generation.request.drafter if self.drafting is not None or generation.request.drafter != "model" else "none"
+        return SlotOptions(drafter, cap, lookup, pending)
+
+    def _prefill_budget(self, n_generating: int) -> int:
+        """Prompt tokens that may ride with `n_generating` verify tokens: at most one step's worth of time more."""
+        costs, n_batch = self.planner.costs, self.target.n_batch
+        limit = 2 * costs.verify(n_generating)
+        chunk = MIN_PREFILL_CHUNK
+        while n_generating + 2 * chunk <= n_batch and costs.verify(n_generating + 2 * chunk) <= limit:
+            chunk *= 2
+        return max(0, min(chunk, n_batch - n_generating))
+
+    def _drafts(self, generating: list[Slot], options: list[SlotOptions], choices: list[Choice]) -> list[_Step]:
+        """Each slot's draft: lookup runs as they are, the draft model's all in one batched drafting."""
+        orders = []
+        for slot, choice in zip(generating, choices):
+            generation = slot.generation
+            assert generation is not None
+            config = generation.request.config
+            if choice.source == "model" and choice.k:
+                sampling = None if config.sampling.greedy or config.verification == "sample-match" else config.sampling
+                orders.append(DraftOrder(slot, choice.k, config.draft_p_min, sampling, generation.rng))
+        drafted = self.drafting.draft(orders) if self.drafting is not None and orders else {}
+        if self.drafting is not None:
+            for n_tokens, ms in self.drafting.passes:
+                self.planner.observe_draft_pass(n_tokens, ms)
+        steps = []
+        for slot, option, choice in zip(generating, options, choices):
+            generation = slot.generation
+            assert generation is not None
+            self.planner.watch_lookup(generation.shadows, option.lookup)
+            if choice.source == "model":
+                draft = drafted.get(slot.seq, Draft())
+            else:
+                sampling = generation.request.config.sampling
+                draft = Draft.deterministic(option.lookup.tokens[: choice.k], None if sampling.greedy else sampling)
+            steps.append(_Step(slot, choice, option.lookup, draft))
+        return steps
+
+    def _settle(self, step: _Step, rows: object, draft_ms: float, verify_ms: float) -> None:
+        """Verify one slot's draft on its rows, roll its sequence back past the rejection, emit its tokens."""
+        slot, draft = step.slot, step.draft
+        generation = slot.generation
+        assert generation is not None
+        config, stats = generation.request.config, generation.stats
+        verdict = judge(draft, rows, config, generation.rng)
+        margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
+        n_past = len(slot.cached)
+        keep = n_past + 1 + verdict.n_accepted
+        if keep < n_past + 1 + len(draft.tokens):
+            self.target.forget(slot.seq, keep)
+        slot.cached += [slot.last, *verdict.accepted]
+        slot.last = verdict.token
+        stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
+        if generation.request.drafter == "auto":
+            stats.record_decision(step.choice.label, step.choice.predicted)
+        if step.choice.source == "model":
+            self.planner.observe_model(len(draft.tokens), verdict.n_accepted)
+        settled = [*verdict.accepted, verdict.token]
+        if generation.lookup is not None:
+            generation.lookup.advance(settled)
+        generation.shadows = self.planner.settle(generation.shadows, settled)
+        events, reason = emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
+        for event in events:
+            generation.request.emit(event)
+        if reason is not None:
+            self._finish(slot, reason)
+
+    def _finish(self, slot: Slot, reason: StopReason, message: str = "") -> None:
+        """End the slot's generation: the text held back, then Finished. Its cells stay, as a prompt cache."""
+        generation = slot.generation
+        assert generation is not None
+        stats, emit = generation.stats, generation.request.emit
+        tail = "" if generation.text.stopped else generation.text.flush()
+        if tail:
+            emit(TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps))
+        if generation.generating_since_ns:
+            stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
+        stats.t_llama_ms = generation.llama_ns / 1e6
+        slot.generation = None
+        emit(Finished(reason, stats, message))
+
+    def _free(self, slot: Slot) -> None:
+        self.target.forget(slot.seq)
+        slot.cached = []
+        if self.drafting is not None:
+            self.drafting.model.forget(slot.seq)
+            slot.draft_cached = []
+
+    def _decode_ns(self) -> int:
+        return self.target.decode_ns + (self.drafting.model.decode_ns if self.drafting is not None else 0)

@@ -1,0 +1,87 @@
+"""A slot: one sequence of the shared caches, and the generation it is running (if any)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.drafters.auto.controller import ShadowRun
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.stats import GenerationStats
+from localspec.engine.text import TextAssembler
+
+
+@dataclass
+class SlotRequest:
+    """A generation to run: what the caller gives, and where its events go (called on the scheduler's thread)."""
+
+    prompt: Sequence[int]
+    config: GenerationConfig
+    drafter: str
+    emit: Callable[[TokenEvent | Finished], None]
+    fail: Callable[[BaseException], None]  # the batch's pass failed: this request ends with the error
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Generation:
+    """What one running request keeps between steps."""
+
+    request: SlotRequest
+    rng: np.random.Generator
+    stats: GenerationStats
+    text: TextAssembler
+    started_ns: int
+    arrival: int  # prompts are read in arrival order
+    lookup: NgramDrafter | None = None
+    shadows: list[ShadowRun] = field(default_factory=list)
+    generating_since_ns: int = 0  # 0 while the prompt is still being read
+    llama_ns: int = 0  # decode time of the passes this request took part in
+
+    @property
+    def prompt(self) -> Sequence[int]:
+        return self.request.prompt  # a list: the scheduler copies it on arrival
+
+
+@dataclass
+class Slot:
+    """Sequence `seq` of the target's cache (and the draft's): the tokens each holds there, kept in step with its cells."""
+
+    seq: int
+    cached: list[int] = field(default_factory=list)  # the target's cells for this sequence, in position order
+    draft_cached: list[int] = field(default_factory=list)
+    generation: Generation | None = None
+    last: int = -1  # the settled token not yet in the target's cache: the next verify batch starts with it
+
+    @property
+    def busy(self) -> bool:
+        return self.generation is not None
+
+    @property
+    def prefilling(self) -> bool:
+        """Still reading its prompt (all of it but the last token goes into the cache before the first step)."""
+        return self.generation is not None and len(self.cached) < len(self.generation.prompt) - 1
+
+    def shared_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` this slot's target cache already holds."""
+        return common_prefix(self.cached, tokens)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest shared prefix, by slice comparisons (C speed) rather than a Python loop per token."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low

@@ -1,0 +1,139 @@
+"""Several generations at once (`--parallel N`): the batch scheduler's thread, fed by the HTTP handlers.
+
+Jobs queue in arrival order as with one slot; whenever a slot is free the next
+job takes it (its prompt built and checked on this thread, beside the engine),
+and joins the batch at the next step. Every llama.cpp call stays on this one
+thread; a handler hears its job's events through the job's queue, and a client
+that leaves sets the job's cancel event, which frees its slot at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from localspec.engine.batch.scheduler import BatchScheduler
+from localspec.engine.batch.slot import SlotRequest
+from localspec.engine.drafters.registry import BATCH_DRAFTERS
+from localspec.engine.engine import Engine
+from localspec.engine.events import Finished, TokenEvent
+from localspec.errors import UsageError
+from localspec.serve.jobs import Deadline, GenerationJob, Started
+from localspec.serve.worker import END, Job, JobFailed, JobRun, SlotView
+
+
+class BatchWorker:
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._scheduler: BatchScheduler | None = None
+        self._ready = threading.Event()
+        self._tasks: dict[int, int] = {}  # slot -> arrival number of its running (else last) job
+        self._arrived = 0
+        self._thread = threading.Thread(target=self._serve, name="localspec-batch", daemon=True)
+        self._thread.start()
+
+    def attach(self, scheduler: BatchScheduler) -> None:
+        """The pair is loaded: start serving (no job arrives before, since the routes answer 503 while loading)."""
+        self._scheduler = scheduler
+        self._ready.set()
+
+    @property
+    def waiting(self) -> int:
+        return self._jobs.qsize()
+
+    @property
+    def processing(self) -> int:
+        scheduler = self._scheduler
+        return 0 if scheduler is None else len(scheduler.slots) - scheduler.n_free
+
+    def slots(self, engine: Engine) -> list[SlotView]:
+        scheduler = self._scheduler
+        if scheduler is None:
+            return []
+        return [SlotView(slot.seq, self._tasks.get(slot.seq, 0), scheduler.share, slot.busy, len(slot.cached)) for slot in scheduler.slots]
+
+    def submit(self, run: JobRun) -> Job:
+        """Called on the event loop: queue the job, to take the first free slot after every earlier job has."""
+        if not isinstance(run, GenerationJob):
+            raise TypeError("the batch runs generation jobs only")
+        self._arrived += 1
+        job = Job(run, asyncio.get_running_loop(), self._arrived)
+        self._jobs.put(job)
+        return job
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._ready.set()
+
+    def _serve(self) -> None:
+        self._ready.wait()
+        scheduler = self._scheduler
+        while scheduler is not None:
+            wait = not scheduler.busy  # idle: sleep until a job comes; busy: take what is there and step on
+            while scheduler.n_free:
+                try:
+                    job = self._jobs.get(block=wait)
+                except queue.Empty:
+                    break
+                wait = False
+                if job is None:
+                    self._stop_all(scheduler)
+                    return
+                self._admit(scheduler, job)
+            scheduler.step()
+
+    def _admit(self, scheduler: BatchScheduler, job: Job) -> None:
+        if job.cancel.is_set():  # its client left while it waited
+            job.put(END)
+            return
+        work = job.run
+        assert isinstance(work, GenerationJob)
+        try:
+            prompt, thinking_open = work.prompt(work.engine.target)
+            scheduler.check_fits(prompt)
+            if work.drafter not in BATCH_DRAFTERS:
+                raise UsageError(f"With --parallel above 1 the drafters are {', '.join(BATCH_DRAFTERS)}; "
+                                 f"{work.drafter!r} needs a slot to itself (serve with --parallel 1 to use it).")
+        except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
+            job.put(JobFailed(exc))
+            job.put(END)
+            return
+        job.put(Started(len(prompt), thinking_open))
+        config = replace(work.config, max_tokens=0) if work.warm_only else work.config
+        slot = scheduler.add(SlotRequest(prompt, config, work.drafter, _emitter(job, work), _failer(job), job.cancel))
+        self._tasks[slot.seq] = job.number
+        job.slot = slot.seq
+
+    @staticmethod
+    def _stop_all(scheduler: BatchScheduler) -> None:
+        for slot in scheduler.slots:
+            if slot.generation is not None:
+                slot.generation.request.cancel.set()
+        if scheduler.busy:
+            scheduler.step()  # the cancelled slots end (their handlers hear Finished)
+
+
+def _emitter(job: Job, work: GenerationJob) -> Callable[[TokenEvent | Finished], None]:
+    deadline = Deadline(work.time_limit_ms, job.cancel)
+
+    def emit(event: TokenEvent | Finished) -> None:
+        if isinstance(event, Finished):
+            work.on_finish(work.route, event, job.number, job.slot)
+            job.put(event)
+            job.put(END)
+            return
+        job.put(event)
+        deadline.check(event.text)
+
+    return emit
+
+
+def _failer(job: Job) -> Callable[[BaseException], None]:
+    def fail(error: BaseException) -> None:
+        job.put(JobFailed(error))
+        job.put(END)
+
+    return fail

@@ -1,0 +1,163 @@
+"""Several slots in one batch: each request's output is what it is alone, cancelled slots free their cells, nothing is lost.
+
+The scheduler runs real llama.cpp on the tiny models (the real pair: tests/test_batch_real.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.errors import PromptTooLongError
+from localspec.engine.events import StopReason
+from localspec.engine.sampling import SamplingParams
+from tests.batch_runs import Collected, run_batch
+from tests.conftest import run
+from tests.lossless import assert_lossless
+
+PROMPTS = ["tell me something", "hello there", "the theater", "in the other room", "are there trees", "hi", "a", "one more"]
+DRAFTERS = ["auto", "model", "ngram", "none"]
+
+
+def prompts(engine: Engine) -> list[list[int]]:
+    return [chat_prompt_tokens(engine.target, [Message("user", text)]) for text in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def alone(tiny):
+    """Each prompt's greedy answer from the one-sequence decoder: what every slot must reproduce."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        return [run(engine.plain, prompt, GenerationConfig(max_tokens=40)) for prompt in prompts(engine)]
+
+
+@pytest.mark.parametrize("n_slots", [1, 3, 8])
+def test_each_slot_writes_what_its_request_writes_alone(tiny, alone, n_slots):
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        scheduler = engine.batch(n_slots)
+        jobs = [(prompt, GenerationConfig(max_tokens=40, draft_max=4), DRAFTERS[i % len(DRAFTERS)]) for i, prompt in enumerate(prompts(engine))]
+        results = run_batch(scheduler, jobs)
+        drafted = 0
+        for i, (expected, got) in enumerate(zip(alone, results)):
+            assert_lossless(expected, got.run, label=f"prompt {i} ({jobs[i][2]}) with {n_slots} slots")
+            drafted += got.run.finished.stats.draft_n
+        assert drafted > 0  # speculation happened in the batch
+        for slot in scheduler.slots:  # every sequence's cells are exactly what the slot says it holds
+            assert engine.target.cells_held(slot.seq) == len(slot.cached)
+
+
+def test_one_target_pass_per_step_for_every_slot(tiny):
+    """Four slots generating: each step is ONE target decode (the batch), not one per slot."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        scheduler = engine.batch(4)
+        jobs = [(prompt, GenerationConfig(max_tokens=30, draft_max=3), "model") for prompt in prompts(engine)[:4]]
+        calls = []
+        original = engine.target.decode_sequences
+        engine.target.decode_sequences = lambda entries: calls.append({seq for _, _, seq, _ in entries}) or original(entries)
+        run_batch(scheduler, jobs)
+        assert max(len(seqs) for seqs in calls) == 4  # all four slots' tokens rode in one pass
+        draft_calls = []
+        original_draft = engine.draft.decode_sequences
+        engine.draft.decode_sequences = lambda entries: draft_calls.append({seq for _, _, seq, _ in entries}) or original_draft(entries)
+        run_batch(scheduler, jobs)
+        assert max(len(seqs) for seqs in draft_calls) == 4  # and the draft drafted all four together
+
+
+def test_a_cancelled_slot_frees_its_cells_and_the_others_do_not_change(tiny, alone):
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        scheduler = engine.batch(4)
+        jobs = [(prompt, GenerationConfig(max_tokens=40, draft_max=3), "auto") for prompt in prompts(engine)[:4]]
+        freed = []
+
+        def leave(step: int, collected: list[Collected]) -> None:
+            if step == 3:
+                collected[1].cancel.set()
+            if step == 4:  # the step after the client left: its cells are gone already
+                freed.append(engine.target.cells_held(scheduler.slots[1].seq))
+
+        results = run_batch(scheduler, jobs, leave)
+        assert freed == [0] and engine.draft.cells_held(scheduler.slots[1].seq) == 0
+        assert results[1].run.finished.reason is StopReason.CANCELLED
+        for i in (0, 2, 3):
+            assert_lossless(alone[i], results[i].run, label=f"prompt {i} beside a cancelled slot")
+
+
+def test_a_burst_of_fifty_requests_over_eight_slots(tiny):
+    """All complete, each once, with its own answer; afterwards each slot's cells are exactly its prompt cache."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        scheduler = engine.batch(8)
+        base = prompts(engine)
+        jobs = [(base[i % len(base)] , GenerationConfig(max_tokens=5 + i % 7, draft_max=3), DRAFTERS[i % 4]) for i in range(50)]
+        results = run_batch(scheduler, jobs)
+        assert all(r.finished is not None and r.error is None for r in results)
+        assert [r.run.finished.stats.predicted_n for r in results] == [
+            len(r.run.tokens) for r in results]
+        for i, r in enumerate(results):
+            assert r.run.finished.reason in (StopReason.MAX_TOKENS, StopReason.EOS)
+            if r.run.finished.reason is StopReason.MAX_TOKENS:
+                assert len(r.run.tokens) == jobs[i][1].max_tokens
+        assert not scheduler.busy
+        for slot in scheduler.slots:
+            assert engine.target.cells_held(slot.seq) == len(slot.cached) <= scheduler.share
+            assert engine.draft.cells_held(slot.seq) == len(slot.draft_cached)
+        # a repeated prompt found its slot's cache
+        assert sum(r.run.finished.stats.cache_n > 0 for r in results) >= 40
+
+
+def test_a_prompt_too_long_for_its_slot_is_refused_and_the_others_go_on(tiny, alone):
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=1024)) as engine:
+        scheduler = engine.batch(4)  # 256 tokens a slot
+        first = Collected()
+        scheduler.add(first.request(prompts(engine)[0], GenerationConfig(max_tokens=40), "model"))
+        scheduler.step()
+        long_prompt = raw_prompt_tokens(engine.target, "the theater " * 120)
+        with pytest.raises(PromptTooLongError, match="a slot holds 256"):
+            scheduler.add(Collected().request(long_prompt, GenerationConfig(), "model"))
+        while scheduler.busy:
+            scheduler.step()
+        assert_lossless(alone[0], first.run, label="beside a refused prompt")
+
+
+def test_a_new_request_joins_while_others_generate(tiny, alone):
+    """Continuous batching: a request added mid-way starts at the next step, its long prompt read in chunks."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        scheduler = engine.batch(2)
+        first = Collected()
+        scheduler.add(first.request(prompts(engine)[0], GenerationConfig(max_tokens=40), "auto"))
+        for _ in range(3):
+            scheduler.step()
+        emitted_before = len(first.events)
+        long_prompt = raw_prompt_tokens(engine.target, "in the other room there are trees and " * 40)
+        second = Collected()
+        scheduler.add(second.request(long_prompt, GenerationConfig(max_tokens=10), "none"))
+        scheduler.step()
+        assert len(first.events) > emitted_before  # the first slot went on in the same step the new prompt began
+        assert second.finished is None and 0 < len(scheduler.slots[1].cached) < len(long_prompt) - 1  # read in chunks
+        while scheduler.busy:
+            scheduler.step()
+        assert_lossless(alone[0], first.run, label="beside a prompt being read")
+        with Engine(EngineConfig(tiny["target"])) as plain:
+            assert_lossless(run(plain.plain, long_prompt, GenerationConfig(max_tokens=10)), second.run, label="the late request")
+
+
+@pytest.mark.parametrize("drafter,repeating", [("model", False), ("ngram", True), ("auto", True)])
+def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, drafter, repeating):
+    """The engine's chi-square test (tests/test_sampling_distribution.py), its seeded requests run four at a time.
+    Lookup (and auto, which takes lookup's free runs) needs a prompt that repeats: P, the target's continuation G, P."""
+    from tests.goodness_of_fit import fit_p_value
+    from tests.test_sampling_distribution import N_SEEDS, N_TOKENS, SAMPLING, SIGNIFICANCE, exact_joint
+
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me something")])
+        if repeating:
+            base = raw_prompt_tokens(engine.target, "tell me something")
+            prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
+        expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
+        scheduler = engine.batch(4)
+        jobs = [(prompt, GenerationConfig(max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=3,
+                                          draft_p_min=0.0), drafter) for seed in range(N_SEEDS)]
+        results = run_batch(scheduler, jobs)
+    samples = [tuple(r.run.tokens) for r in results]
+    assert sum(r.run.finished.stats.draft_n for r in results) > N_SEEDS
+    assert fit_p_value(samples, expected) > SIGNIFICANCE
