@@ -87,13 +87,14 @@ def test_models_health_props_tokenize_and_metrics(server):
     assert [m.id for m in models] == ["tiny"] and models[0].model_extra["meta"]["n_ctx"] > 0
     assert server.request("GET", "/health") == (200, {"status": "ok"})
     status, props = server.request("GET", "/props")
-    assert status == 200 and props["total_slots"] == 1 and props["default_generation_settings"]["n_ctx"] > 0
+    assert status == 200 and props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] > 0  # --parallel's default
     status, tokens = server.request("POST", "/tokenize", {"content": "hello there", "with_pieces": True})
     assert status == 200 and "".join(t["piece"] for t in tokens["tokens"]) == "hello there"
     assert server.request("POST", "/detokenize", {"tokens": [t["id"] for t in tokens["tokens"]]}) == (200, {"content": "hello there"})
     status, slot_list = server.request("GET", "/slots")
-    assert status == 200 and [s["id"] for s in slot_list] == [0] and slot_list[0]["speculative"] and not slot_list[0]["is_processing"]
-    assert slot_list[0]["localspec"]["draft_n"] >= slot_list[0]["localspec"]["draft_n_accepted"] > 0
+    assert status == 200 and [s["id"] for s in slot_list] == [0, 1, 2, 3] and all(s["speculative"] and not s["is_processing"] for s in slot_list)
+    drafted, accepted = (sum(s["localspec"][key] for s in slot_list) for key in ("draft_n", "draft_n_accepted"))
+    assert drafted >= accepted > 0
     status, metrics = server.request("GET", "/metrics")
     assert status == 200 and re.search(r"^llamacpp:spec_decode_num_draft_tokens_total \d+", metrics, re.MULTILINE)
     assert re.search(r'^llamacpp:spec_decode_num_accepted_tokens_per_pos\{position="0"\} \d+', metrics, re.MULTILINE)
@@ -149,9 +150,14 @@ def test_a_client_that_leaves_mid_stream_frees_the_engine(tiny, tmp_path):
         assert cut is not None and int(cut[1]) < 16000, server.log_text()  # stopped, not run to the end of the context
 
 
-def test_twenty_requests_at_once_all_complete_in_order(server):
-    """Sent at once: each is answered (none lost, none duplicated), and the server serves them in arrival order: its log
-    lists their task numbers (llama.cpp's id_task, counted as they arrive) in increasing order."""
+def test_twenty_requests_at_once_all_complete_in_order(tiny, tmp_path):
+    """With one slot, sent at once: each is answered (none lost, none duplicated), and the server serves them in arrival
+    order: its log lists their task numbers (llama.cpp's id_task, counted as they arrive) in increasing order."""
+    with live_server(tmp_path, "--target", str(tiny["target"]), "--draft", str(tiny["near"]), "--parallel", "1") as server:
+        _twenty_at_once(server)
+
+
+def _twenty_at_once(server: LiveServer) -> None:
     results: dict[int, int] = {}
 
     def ask(index: int) -> None:

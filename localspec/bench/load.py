@@ -31,7 +31,7 @@ class ClientRun:
     errors: list[str] = field(default_factory=list)
 
 
-def _stream(url: str, prompt: BenchPrompt, max_tokens: int, api_key: str | None, run: ClientRun) -> None:
+def stream_request(url: str, prompt: BenchPrompt, max_tokens: int, api_key: str | None, run: ClientRun) -> None:
     messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
@@ -63,7 +63,7 @@ def measure(url: str, prompts: list[BenchPrompt], clients: int, requests_per_cli
 
     def client(index: int) -> None:
         for r in range(requests_per_client):
-            _stream(url, prompts[(index * requests_per_client + r) % len(prompts)], max_tokens, api_key, runs[index])
+            stream_request(url, prompts[(index * requests_per_client + r) % len(prompts)], max_tokens, api_key, runs[index])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     start = time.perf_counter()
@@ -95,7 +95,7 @@ def run_bench_serve(args: argparse.Namespace) -> int:
     except (urllib.error.URLError, OSError) as exc:
         raise LocalspecError(f"No server answers at {args.url} ({exc}). Start one (`localspec serve ...`), or check the URL.") from None
     warm_up = ClientRun()
-    _stream(args.url, prompts[0], 8, args.api_key, warm_up)  # not counted: a server's first request pays its own start-up
+    stream_request(args.url, prompts[0], 8, args.api_key, warm_up)  # not counted: a server's first request pays its own start-up
     if warm_up.errors:
         raise LocalspecError(f"The server at {args.url} refused a chat request ({warm_up.errors[0]}). Check the URL and --api-key.")
     print(f"{args.url}: {args.requests} request(s) per client, {args.max_tokens} tokens max, temperature 0, streamed")

@@ -83,7 +83,10 @@ class BatchWorker:
                     self._stop_all(scheduler)
                     return
                 self._admit(scheduler, job)
-            scheduler.step()
+            try:
+                scheduler.step()
+            except Exception as exc:  # noqa: BLE001 (a bug must not stop the server: its requests hear it, the next ones run)
+                scheduler.abort(exc)
 
     def _admit(self, scheduler: BatchScheduler, job: Job) -> None:
         if job.cancel.is_set():  # its client left while it waited
@@ -101,9 +104,14 @@ class BatchWorker:
             job.put(JobFailed(exc))
             job.put(END)
             return
-        job.put(Started(len(prompt), thinking_open))
         config = replace(work.config, max_tokens=0) if work.warm_only else work.config
-        slot = scheduler.add(SlotRequest(prompt, config, work.drafter, _emitter(job, work), _failer(job), job.cancel))
+        try:
+            slot = scheduler.add(SlotRequest(prompt, config, work.drafter, _emitter(job, work), _failer(job), job.cancel))
+        except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
+            job.put(JobFailed(exc))
+            job.put(END)
+            return
+        job.put(Started(len(prompt), thinking_open))
         self._tasks[slot.seq] = job.number
         job.slot = slot.seq
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
-from localspec.engine.batch.slot import Generation, Slot, SlotRequest
+from localspec.engine.batch.slot import Generation, Slot, SlotRequest, common_prefix
 from localspec.engine.decode import emitted_tokens, judge, top2_margins
-from localspec.engine.drafters.auto.costs import CostTable, calibrate
+from localspec.engine.drafters.auto.costs import DECAY, CostTable, calibrate
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.ngram import Lookup, NgramDrafter
 from localspec.engine.drafters.registry import BATCH_DRAFTERS
@@ -33,16 +33,20 @@ from localspec.engine.sampling import make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 
-# Target batch sizes timed at start-up: up to a full batch of 8 slots drafting 7 each.
-CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
-MIN_PREFILL_CHUNK = 8  # a new prompt always moves, even beside a full batch
+# Target batch sizes timed at start-up, up to a full batch of 8 slots drafting 7 each. Dense where CPU kernels change
+# pace (the real Q4_K_M target: 4 tokens cost 2.2x one, 8 cost 5x, 16 cost 6.5x): interpolation between far sizes
+# would misjudge exactly the batch sizes the planner weighs.
+CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+# A new prompt always moves, even beside a full batch, in chunks no smaller than this: on the CPU a pass of 16
+# tokens reads a prompt at 85% of a long pass's speed, one of 8 at half (the real Q4_K_M target).
+MIN_PREFILL_CHUNK = 16
+REUSE_SHARE = 0.5  # a free slot whose cache holds this much of a prompt takes it (llama.cpp's slot similarity)
 
 
 @dataclass
 class _Step:
     slot: Slot
     choice: Choice
-    lookup: Lookup
     draft: Draft
 
 
@@ -62,6 +66,7 @@ class BatchScheduler:
         self.share = target.n_ctx // n_slots  # each slot's part of the context
         self.planner = BatchPlanner(costs, draft is not None)
         self._arrivals = 0
+        self._step_ms = 0.0  # a step's time without a prompt chunk, lately: the prefill allowance
 
     # --- requests ---------------------------------------------------------------------
 
@@ -96,13 +101,12 @@ class BatchScheduler:
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
-        slot = max(free, key=lambda s: s.shared_prefix(prompt[:-1]))
+        slot = self._slot_for(free, prompt[:-1])
         keep = slot.shared_prefix(prompt[:-1])
         if keep < len(slot.cached):
             self.target.forget(slot.seq, keep)
             del slot.cached[keep:]
-        uses_model = self.drafting is not None and request.drafter in ("model", "auto")
-        if uses_model:
+        if self.drafting is not None and request.drafter == "model":
             self.drafting.sync(slot, prompt[:-1])
         rng, seed = make_rng(request.config.sampling.seed)
         stats = GenerationStats(drafter=request.drafter, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
@@ -112,6 +116,7 @@ class BatchScheduler:
             lookup = NgramDrafter()
             lookup.start(prompt)
         self._arrivals += 1
+        slot.last_used = self._arrivals
         slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
                                      rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals, lookup)
         slot.last = prompt[-1]
@@ -124,11 +129,15 @@ class BatchScheduler:
         try:
             self._step()
         except EngineError as exc:
-            for slot in self.slots:
-                if slot.generation is not None:
-                    slot.generation.request.fail(exc)
-                    slot.generation = None
-                self._free(slot)
+            self.abort(exc)
+
+    def abort(self, error: BaseException) -> None:
+        """End every running request with `error` and empty the caches (after a failed pass, what they hold is unknown)."""
+        for slot in self.slots:
+            if slot.generation is not None:
+                slot.generation.request.fail(error)
+                slot.generation = None
+            self._free(slot)
 
     def _step(self) -> None:
         for slot in self.slots:
@@ -142,7 +151,8 @@ class BatchScheduler:
         step_start = time.perf_counter_ns()
         ns_before = self._decode_ns()
 
-        options = [self._options(slot) for slot in generating]
+        k_limit = self.target.n_batch // max(1, len(generating)) - 1  # every slot's [last, draft] fits one pass
+        options = [self._options(slot, k_limit) for slot in generating]
         budget = self._prefill_budget(sum(o.cap + 1 for o in options)) if generating else self.target.n_batch
         chunks = []
         for slot in reading:
@@ -177,7 +187,8 @@ class BatchScheduler:
         for slot, chunk in chunks:
             slot.cached.extend(chunk)
         if self.drafting is not None:
-            self.drafting.read([slot for slot, _ in chunks if slot.generation.request.drafter in ("model", "auto")])
+            # The draft model reads along for `model` slots only: auto may never pick it, and prices the catch-up when it does.
+            self.drafting.read([slot for slot, _ in chunks if slot.generation.request.drafter == "model"])
         now = time.perf_counter_ns()
         for slot, _ in chunks:
             if not slot.prefilling:
@@ -186,6 +197,9 @@ class BatchScheduler:
         spent = self._decode_ns() - ns_before
         if steps:
             self.planner.observe_overhead((time.perf_counter_ns() - step_start - spent) / 1e6)
+        if steps and not chunks:
+            step_ms = (time.perf_counter_ns() - step_start) / 1e6
+            self._step_ms = step_ms if not self._step_ms else DECAY * self._step_ms + (1 - DECAY) * step_ms
         for slot in [*(step.slot for step in steps), *(slot for slot, _ in chunks)]:
             if slot.generation is not None:
                 slot.generation.llama_ns += spent
@@ -207,25 +221,36 @@ class BatchScheduler:
             return False
         return True
 
-    def _options(self, slot: Slot) -> SlotOptions:
+    def _options(self, slot: Slot, k_limit: int) -> SlotOptions:
         generation = slot.generation
         assert generation is not None
         config, stats = generation.request.config, generation.stats
         room = self.share - len(slot.cached) - 1
-        cap = max(0, min(config.draft_max, room, config.max_tokens - stats.predicted_n - 1))
+        cap = max(0, min(config.draft_max, k_limit, room, config.max_tokens - stats.predicted_n - 1))
         lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
-        pending = max(1, len(slot.cached) + 1 - len(slot.draft_cached))
+        pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
         drafter = generation.request.drafter if self.drafting is not None or generation.request.drafter != "model" else "none"
         return SlotOptions(drafter, cap, lookup, pending)
 
     def _prefill_budget(self, n_generating: int) -> int:
-        """Prompt tokens that may ride with `n_generating` verify tokens: at most one step's worth of time more."""
+        """Prompt tokens that may ride with `n_generating` verify tokens: what adds at most one step's time (as the
+        last steps took, drafting included), and never fewer than MIN_PREFILL_CHUNK."""
         costs, n_batch = self.planner.costs, self.target.n_batch
-        limit = 2 * costs.verify(n_generating)
+        allowance = max(self._step_ms, costs.verify(n_generating))
+        base = costs.verify(n_generating)
         chunk = MIN_PREFILL_CHUNK
-        while n_generating + 2 * chunk <= n_batch and costs.verify(n_generating + 2 * chunk) <= limit:
+        while n_generating + 2 * chunk <= n_batch and costs.verify(n_generating + 2 * chunk) - base <= allowance:
             chunk *= 2
         return max(0, min(chunk, n_batch - n_generating))
+
+    @staticmethod
+    def _slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
+        """The free slot whose cache holds most of `tokens`, if that is much of it; else the least recently used, so
+        that the caches of the others stay for the requests that will want them."""
+        best = max(free, key=lambda slot: slot.shared_prefix(tokens))
+        if tokens and best.shared_prefix(tokens) >= REUSE_SHARE * len(tokens):
+            return best
+        return min(free, key=lambda slot: slot.last_used)
 
     def _drafts(self, generating: list[Slot], options: list[SlotOptions], choices: list[Choice]) -> list[_Step]:
         """Each slot's draft: lookup runs as they are, the draft model's all in one batched drafting."""
@@ -251,7 +276,7 @@ class BatchScheduler:
             else:
                 sampling = generation.request.config.sampling
                 draft = Draft.deterministic(option.lookup.tokens[: choice.k], None if sampling.greedy else sampling)
-            steps.append(_Step(slot, choice, option.lookup, draft))
+            steps.append(_Step(slot, choice, draft))
         return steps
 
     def _settle(self, step: _Step, rows: object, draft_ms: float, verify_ms: float) -> None:

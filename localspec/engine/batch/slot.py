@@ -57,6 +57,7 @@ class Slot:
     draft_cached: list[int] = field(default_factory=list)
     generation: Generation | None = None
     last: int = -1  # the settled token not yet in the target's cache: the next verify batch starts with it
+    last_used: int = 0  # the arrival number of its latest request (0: never used)
 
     @property
     def busy(self) -> bool:

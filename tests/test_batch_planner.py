@@ -1,0 +1,45 @@
+"""The batch planner's choices, on cost tables given outright: drafting where the batch has room, none where it is full."""
+
+from __future__ import annotations
+
+from localspec.engine.batch.planner import BatchPlanner, SlotOptions
+from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.ngram import Lookup
+
+# A target whose passes cost nearly the same up to 4 tokens, then grow with every token (a GPU, or a Q8 target on a CPU).
+CHEAP_TO_FOUR = {1: 10.0, 2: 11.0, 4: 13.0, 8: 40.0, 16: 80.0, 32: 160.0, 64: 320.0}
+COPY = Lookup(list(range(100, 108)), match_length=8)  # an 8-token lookup run with a good match behind it
+
+
+def planner(verify: dict[int, float], draft_ms: float | None = None) -> BatchPlanner:
+    return BatchPlanner(CostTable(dict(verify), draft_ms, fixed=True), has_draft_model=draft_ms is not None)
+
+
+def test_a_lone_slot_drafts_where_the_pass_has_room():
+    [choice] = planner(CHEAP_TO_FOUR).plan([SlotOptions("auto", 8, COPY, 1)])
+    assert choice.source == "ngram" and choice.k == 3  # up to the size a pass costs little more for
+
+
+def test_a_full_batch_stops_drafting():
+    choices = planner(CHEAP_TO_FOUR).plan([SlotOptions("auto", 8, COPY, 1)] * 8)
+    assert [choice.k for choice in choices] == [0] * 8  # eight slots fill the cheap part of the pass: drafting would cost more than it saves
+
+
+def test_draft_tokens_are_priced_at_the_marginal_cost_of_the_batch():
+    """Two slots: the pass of 2 is paid anyway, so drafting fills it up to 4 tokens (not up to 4 per slot)."""
+    choices = planner(CHEAP_TO_FOUR).plan([SlotOptions("auto", 8, COPY, 1)] * 2)
+    assert sum(choice.k + 1 for choice in choices) == 4 and all(choice.source in ("ngram", "none") for choice in choices)
+
+
+def test_the_draft_model_is_chosen_only_where_its_passes_pay():
+    no_lookup = [SlotOptions("auto", 8, Lookup(), 1)]
+    [cheap] = planner(CHEAP_TO_FOUR, draft_ms=0.5).plan(no_lookup)
+    assert cheap.source == "model" and cheap.k >= 1
+    [dear] = planner(CHEAP_TO_FOUR, draft_ms=20.0).plan(no_lookup)  # a draft pass twice the target's own: never worth it
+    assert dear.k == 0
+
+
+def test_named_drafters_are_not_second_guessed():
+    choices = planner(CHEAP_TO_FOUR, draft_ms=20.0).plan([SlotOptions("model", 3, Lookup(), 1), SlotOptions("none", 8, COPY, 1),
+                                                          SlotOptions("ngram", 2, COPY, 1)])
+    assert [(c.source, c.k) for c in choices] == [("model", 3), ("none", 0), ("ngram", 2)]

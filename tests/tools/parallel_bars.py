@@ -1,0 +1,106 @@
+"""Issue 17's bars, measured side by side in one run: not a test, a measurement.
+
+Each server in turn (the same pair, threads, slots and per-slot context) is loaded by 1, 2, 4 and 8 concurrent
+streaming clients sending the bench's prompts at temperature 0 (`localspec bench-serve`'s measure):
+- localspec serve --parallel N with auto (its draft model and lookup), and with --drafter none;
+- llama.cpp's llama-server -np N with -md (its default draft settings), and without a draft.
+Run: .venv/bin/python -m tests.tools.parallel_bars --target T.gguf --draft D.gguf --llama-server BIN [--slots 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from localspec.bench.load import ClientRun, measure, stream_request
+from localspec.bench.runner import load_prompts
+from tests.live_server import free_port, live_server
+
+CTX_PER_SLOT = 4096
+
+
+@contextmanager
+def llama_server(binary: Path, target: Path, draft: Path | None, threads: int, slots: int) -> Iterator[str]:
+    port = free_port()
+    args = [str(binary), "-m", str(target), "--port", str(port), "-c", str(CTX_PER_SLOT * slots), "-t", str(threads),
+            "-np", str(slots), "--no-webui"]
+    if draft is not None:
+        args += ["-md", str(draft), "-td", str(threads)]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"llama-server did not start: {' '.join(args)}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@contextmanager
+def ours(target: Path, draft: Path, threads: int, slots: int, drafter: str) -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as tmp, live_server(Path(tmp), "--target", str(target), "--draft", str(draft), "--threads",
+                                                          str(threads), "--parallel", str(slots), "--ctx-size", str(CTX_PER_SLOT),
+                                                          "--drafter", drafter) as server:
+        yield server.url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--draft", type=Path, required=True)
+    parser.add_argument("--llama-server", type=Path, required=True)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--clients", default="1,2,4,8")
+    parser.add_argument("--requests", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", default="", help="comma-separated server names to run")
+    args = parser.parse_args()
+    prompts = load_prompts(None)
+    counts = [int(c) for c in args.clients.split(",")]
+    servers = {
+        f"localspec --parallel {args.slots} auto": lambda: ours(args.target, args.draft, args.threads, args.slots, "auto"),
+        f"localspec --parallel {args.slots} none": lambda: ours(args.target, args.draft, args.threads, args.slots, "none"),
+        "localspec --parallel 1 auto": lambda: ours(args.target, args.draft, args.threads, 1, "auto"),
+        f"llama-server -np {args.slots} -md": lambda: llama_server(args.llama_server, args.target, args.draft, args.threads, args.slots),
+        f"llama-server -np {args.slots}": lambda: llama_server(args.llama_server, args.target, None, args.threads, args.slots),
+    }
+    wanted = [name.strip() for name in args.only.split(";") if name.strip()]
+    results: dict[str, dict[int, tuple[float, float, float | None, int]]] = {}
+    for name, start in servers.items():
+        if wanted and name not in wanted:
+            continue
+        with start() as url:
+            warm = ClientRun()
+            stream_request(url, prompts[0], 8, None, warm)
+            results[name] = {}
+            for clients in counts:
+                results[name][clients] = measure(url, prompts, clients, args.requests, args.max_tokens, None)
+                aggregate, per_client, first, errors = results[name][clients]
+                print(f"{name:32} {clients} clients: {aggregate:6.2f} tok/s aggregate, {per_client:6.2f} per client, "
+                      f"first token {first * 1000 if first else 0:.0f} ms, {errors} errors", flush=True)
+    print(f"\n{args.target.name} + {args.draft.name}, {args.threads} threads, {args.requests} requests per client, "
+          f"{args.max_tokens} tokens, temperature 0: aggregate tok/s")
+    print(f"{'server':32} " + " ".join(f"{c:>8}" for c in counts))
+    for name, row in results.items():
+        print(f"{name:32} " + " ".join(f"{row[c][0]:8.2f}" for c in counts))
+
+
+if __name__ == "__main__":
+    main()
