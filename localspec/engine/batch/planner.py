@@ -61,23 +61,24 @@ class BatchPlanner:
 
     # --- choosing ---------------------------------------------------------------------
 
-    def plan(self, slots: Sequence[SlotOptions], extra_tokens: int = 0) -> list[Choice]:
-        """A choice per slot; `extra_tokens` ride in the same target pass (a prompt chunk being read)."""
+    def plan(self, slots: Sequence[SlotOptions]) -> list[Choice]:
+        """A choice per slot. Prompt chunks that ride in the same pass are left out of the reckoning: they make extra draft
+        tokens look nearly free in a long pass, and a pass lengthened that way would then let bigger chunks in."""
         choices = [self._fixed(options) for options in slots]
         auto = [i for i, options in enumerate(slots) if options.drafter == "auto" and options.cap > 0]
         if auto:
-            best_rate = self._rate(choices, slots, extra_tokens)
+            best_rate = self._rate(choices, slots)
             for _ in range(ASCENT_ROUNDS):
                 changed = False
                 for i in auto:
                     for candidate in self._candidates(slots[i]):
                         trial = [*choices[:i], candidate, *choices[i + 1 :]]
-                        rate = self._rate(trial, slots, extra_tokens)
+                        rate = self._rate(trial, slots)
                         if rate > best_rate * (1 + 1e-9):
                             choices, best_rate, changed = trial, rate, True
                 if not changed:
                     break
-            choices = self._maybe_explore(choices, slots, auto, best_rate, extra_tokens)
+            choices = self._maybe_explore(choices, slots, auto, best_rate)
         if any(choice.source == "model" and choice.k for choice in choices):
             self._since_model = 0
             self._explore_every = EXPLORE_FIRST
@@ -104,19 +105,20 @@ class BatchPlanner:
             found += [Choice("model", k, 1 + self.model_acceptance.expected_accepted(k)) for k in range(1, min(options.cap, MODEL_K_MAX) + 1)]
         return found
 
-    def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions], extra_tokens: int) -> float:
-        """Expected tokens per millisecond of the step the choices make: the drafting passes, then one target pass."""
-        tokens = sum(choice.predicted for choice in choices)
-        ms = self.overhead_ms + self.costs.verify(sum(choice.k + 1 for choice in choices) + extra_tokens)
+    def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
+        return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots)
+
+    def step_ms(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
+        """The expected time of the step the choices make: the drafting passes, one target pass, the step's overhead."""
+        ms = self.overhead_ms + self.costs.verify(sum(choice.k + 1 for choice in choices))
         depths = [(choice.k, options.pending) for choice, options in zip(choices, slots) if choice.source == "model" and choice.k]
         if depths:
             ms += self.costs.draft_batch(sum(max(1, pending) for _, pending in depths))  # catch-up and the first token
             for depth in range(2, max(k for k, _ in depths) + 1):
                 ms += self.costs.draft_batch(sum(1 for k, _ in depths if k >= depth))
-        return tokens / ms
+        return ms
 
-    def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float,
-                       extra_tokens: int) -> list[Choice]:
+    def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
         """Now and then, let the draft model draft one slot when it is losing, so that it can win back (it costs a
         pass to judge, unlike lookup); at doubling intervals, and only where it would win if every token were accepted."""
         if not self.has_draft_model or any(c.source == "model" and c.k for c in choices) or self._since_model < self._explore_every:
@@ -125,7 +127,7 @@ class BatchPlanner:
         k = min(2, slots[i].cap)
         trial = [*choices[:i], Choice("model", k, 1 + self.model_acceptance.expected_accepted(k)), *choices[i + 1 :]]
         hopeful = [*choices[:i], Choice("model", k, k + 1.0), *choices[i + 1 :]]
-        if self._rate(hopeful, slots, extra_tokens) <= best_rate:
+        if self._rate(hopeful, slots) <= best_rate:
             return choices
         self._explore_every = min(EXPLORE_MAX, 2 * self._explore_every)
         return trial

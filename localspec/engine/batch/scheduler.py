@@ -22,7 +22,7 @@ from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest, common_prefix
 from localspec.engine.decode import emitted_tokens, judge, top2_margins
-from localspec.engine.drafters.auto.costs import DECAY, CostTable, calibrate
+from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.ngram import Lookup, NgramDrafter
 from localspec.engine.drafters.registry import BATCH_DRAFTERS
@@ -66,7 +66,6 @@ class BatchScheduler:
         self.share = target.n_ctx // n_slots  # each slot's part of the context
         self.planner = BatchPlanner(costs, draft is not None)
         self._arrivals = 0
-        self._step_ms = 0.0  # a step's time without a prompt chunk, lately: the prefill allowance
 
     # --- requests ---------------------------------------------------------------------
 
@@ -153,7 +152,9 @@ class BatchScheduler:
 
         k_limit = self.target.n_batch // max(1, len(generating)) - 1  # every slot's [last, draft] fits one pass
         options = [self._options(slot, k_limit) for slot in generating]
-        budget = self._prefill_budget(sum(o.cap + 1 for o in options)) if generating else self.target.n_batch
+        choices = self.planner.plan(options)
+        n_verify = sum(choice.k + 1 for choice in choices)
+        budget = self._prefill_budget(n_verify, self.planner.step_ms(choices, options)) if generating else self.target.n_batch
         chunks = []
         for slot in reading:
             if budget <= 0:
@@ -162,7 +163,6 @@ class BatchScheduler:
             chunk = remaining[:budget]
             chunks.append((slot, chunk))
             budget -= len(chunk)
-        choices = self.planner.plan(options, sum(len(chunk) for _, chunk in chunks))
         steps = self._drafts(generating, options, choices)
         draft_end = time.perf_counter_ns()
 
@@ -170,7 +170,7 @@ class BatchScheduler:
         for step in steps:
             pos0 = len(step.slot.cached)
             entries += [(token, pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
-        n_verify = len(entries)
+        n_verify = len(entries)  # a draft may stop short of its K (p_min)
         for slot, chunk in chunks:
             entries += [(token, len(slot.cached) + i, slot.seq, False) for i, token in enumerate(chunk)]
         rows = self.target.decode_sequences(entries)
@@ -197,9 +197,6 @@ class BatchScheduler:
         spent = self._decode_ns() - ns_before
         if steps:
             self.planner.observe_overhead((time.perf_counter_ns() - step_start - spent) / 1e6)
-        if steps and not chunks:
-            step_ms = (time.perf_counter_ns() - step_start) / 1e6
-            self._step_ms = step_ms if not self._step_ms else DECAY * self._step_ms + (1 - DECAY) * step_ms
         for slot in [*(step.slot for step in steps), *(slot for slot, _ in chunks)]:
             if slot.generation is not None:
                 slot.generation.llama_ns += spent
@@ -232,16 +229,15 @@ class BatchScheduler:
         drafter = generation.request.drafter if self.drafting is not None or generation.request.drafter != "model" else "none"
         return SlotOptions(drafter, cap, lookup, pending)
 
-    def _prefill_budget(self, n_generating: int) -> int:
-        """Prompt tokens that may ride with `n_generating` verify tokens: what adds at most one step's time (as the
-        last steps took, drafting included), and never fewer than MIN_PREFILL_CHUNK."""
+    def _prefill_budget(self, n_verify: int, step_ms: float) -> int:
+        """Prompt tokens that may ride with `n_verify` verify tokens: what adds at most the step's own expected time
+        (one step's worth of stall for the slots generating), and never fewer than MIN_PREFILL_CHUNK."""
         costs, n_batch = self.planner.costs, self.target.n_batch
-        allowance = max(self._step_ms, costs.verify(n_generating))
-        base = costs.verify(n_generating)
+        base = costs.verify(n_verify)
         chunk = MIN_PREFILL_CHUNK
-        while n_generating + 2 * chunk <= n_batch and costs.verify(n_generating + 2 * chunk) - base <= allowance:
+        while n_verify + 2 * chunk <= n_batch and costs.verify(n_verify + 2 * chunk) - base <= step_ms:
             chunk *= 2
-        return max(0, min(chunk, n_batch - n_generating))
+        return max(0, min(chunk, n_batch - n_verify))
 
     @staticmethod
     def _slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
