@@ -161,3 +161,17 @@ def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, dra
     samples = [tuple(r.run.tokens) for r in results]
     assert sum(r.run.finished.stats.draft_n for r in results) > N_SEEDS
     assert fit_p_value(samples, expected) > SIGNIFICANCE
+
+
+def test_an_answer_that_fills_its_slot_ends_clearly_and_stays_in_its_share(tiny, alone):
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=1024)) as engine:
+        scheduler = engine.batch(4)  # 256 tokens a slot
+        long_prompt = raw_prompt_tokens(engine.target, "the theater " * 25)
+        results = run_batch(scheduler, [(long_prompt, GenerationConfig(max_tokens=1000, draft_max=4), "auto"),
+                                        (prompts(engine)[0], GenerationConfig(max_tokens=40), "model")])
+        full = results[0].run.finished
+        assert full.reason is StopReason.CONTEXT_FULL and "context is full (256 tokens)" in full.message
+        # every token but the last emitted sits in the slot's cells (as in the one-sequence loop): the share is used to the end
+        assert len(long_prompt) + len(results[0].run.tokens) == 256 + 1
+        assert_lossless(alone[0], results[1].run, label="beside a slot that filled up")
+        assert all(engine.target.cells_held(slot.seq) <= scheduler.share for slot in scheduler.slots)

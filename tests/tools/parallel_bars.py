@@ -1,7 +1,8 @@
 """Issue 17's bars, measured side by side in one run: not a test, a measurement.
 
-Each server in turn (the same pair, threads, slots and per-slot context) is loaded by 1, 2, 4 and 8 concurrent
-streaming clients sending the bench's prompts at temperature 0 (`localspec bench-serve`'s measure):
+All servers are started at once (the same pair, threads, slots and per-slot context), then at each concurrency
+they are loaded in turn, in an order that rotates, so that the machine's drift falls on all alike: 1, 2, 4 and 8
+concurrent streaming clients sending the bench's prompts at temperature 0 (`localspec bench-serve`'s measure):
 - localspec serve --parallel N with auto (its draft model and lookup), and with --drafter none;
 - llama.cpp's llama-server -np N with -md (its default draft settings), and without a draft.
 Run: .venv/bin/python -m tests.tools.parallel_bars --target T.gguf --draft D.gguf --llama-server BIN [--slots 8]
@@ -15,7 +16,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from localspec.bench.load import ClientRun, measure, stream_request
@@ -82,16 +83,16 @@ def main() -> None:
         f"llama-server -np {args.slots}": lambda: llama_server(args.llama_server, args.target, None, args.threads, args.slots),
     }
     wanted = [name.strip() for name in args.only.split(";") if name.strip()]
-    results: dict[str, dict[int, tuple[float, float, float | None, int]]] = {}
-    for name, start in servers.items():
-        if wanted and name not in wanted:
-            continue
-        with start() as url:
-            warm = ClientRun()
-            stream_request(url, prompts[0], 8, None, warm)
-            results[name] = {}
-            for clients in counts:
-                results[name][clients] = measure(url, prompts, clients, args.requests, args.max_tokens, None)
+    chosen = {name: start for name, start in servers.items() if not wanted or name in wanted}
+    results: dict[str, dict[int, tuple[float, float, float | None, int]]] = {name: {} for name in chosen}
+    with ExitStack() as stack:
+        urls = {name: stack.enter_context(start()) for name, start in chosen.items()}
+        for url in urls.values():
+            stream_request(url, prompts[0], 8, None, ClientRun())  # warm-up, not counted
+        for turn, clients in enumerate(counts):
+            names = list(urls)
+            for name in names[turn % len(names):] + names[: turn % len(names)]:
+                results[name][clients] = measure(urls[name], prompts, clients, args.requests, args.max_tokens, None)
                 aggregate, per_client, first, errors = results[name][clients]
                 print(f"{name:32} {clients} clients: {aggregate:6.2f} tok/s aggregate, {per_client:6.2f} per client, "
                       f"first token {first * 1000 if first else 0:.0f} ms, {errors} errors", flush=True)

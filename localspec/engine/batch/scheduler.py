@@ -85,18 +85,17 @@ class BatchScheduler:
             n = len(self.slots)
             raise PromptTooLongError(
                 f"The prompt is {len(prompt)} tokens but a slot holds {self.share} (the {self.target.n_ctx}-token context "
-                f"shared by {n} slots), leaving no room for an answer. Shorten the prompt, or give the server a larger "
-                "--ctx-size or fewer --parallel slots."
+                f"shared by {n} slots), leaving no room for an answer. Shorten the prompt, or give each slot a larger context."
             )
 
     def add(self, request: SlotRequest) -> Slot:
-        """Take a free slot (the one whose cache shares the longest prefix with the prompt); it joins at the next step."""
+        """Take a free slot (see _slot_for) and start the request there; it joins the batch at the next step."""
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
         if request.drafter not in BATCH_DRAFTERS:
             raise EngineError(f"Several slots draft with {', '.join(BATCH_DRAFTERS)}; {request.drafter!r} needs a sequence "
-                              "of its own: serve with --parallel 1 to use it.")
+                              "of its own: run it one request at a time.")
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
@@ -214,7 +213,7 @@ class BatchScheduler:
             return False
         if self.share - len(slot.cached) - 1 < 0:
             self._finish(slot, StopReason.CONTEXT_FULL, f"The slot's context is full ({self.share} tokens). Start a new "
-                                                        "conversation, or give the server a larger --ctx-size.")
+                                                        "conversation, or give each slot a larger context.")
             return False
         return True
 
