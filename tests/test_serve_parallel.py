@@ -107,3 +107,11 @@ def test_drafters_that_need_a_slot_to_themselves_are_refused_clearly(server, tin
     assert result.returncode == 2 and "--drafter tree needs a slot to itself" in result.stderr and "Traceback" not in result.stderr
     result = cli("serve", "--target", str(tiny["target"]), "--parallel", "0")
     assert result.returncode == 2 and "--parallel 0 is out of range" in result.stderr
+
+
+def test_native_responses_name_their_slot_as_slots_shows_it(server):
+    for text in ("hello there", "the theater"):
+        status, body = server.request("POST", "/completion", {"prompt": text, "n_predict": 4})
+        assert status == 200 and 0 <= body["id_slot"] < 4
+        rows = {row["id"]: row for row in server.request("GET", "/slots")[1]}
+        assert rows[body["id_slot"]]["id_task"] == body["id_task"]

@@ -111,9 +111,9 @@ class BatchWorker:
             job.put(JobFailed(exc))
             job.put(END)
             return
-        job.put(Started(len(prompt), thinking_open))
+        job.slot = slot.seq  # before Started: the handler reads it once the job has started
         self._tasks[slot.seq] = job.number
-        job.slot = slot.seq
+        job.put(Started(len(prompt), thinking_open))
 
     @staticmethod
     def _stop_all(scheduler: BatchScheduler) -> None:

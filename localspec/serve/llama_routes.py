@@ -19,7 +19,7 @@ from localspec.serve.payloads import STOP_TYPES, error_body, localspec_stats, ti
 from localspec.serve.requests import DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest
 from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
-from localspec.serve.worker import JobFailed, SlotView
+from localspec.serve.worker import Job, JobFailed, SlotView
 
 router = APIRouter()
 
@@ -121,25 +121,26 @@ async def _native(state: ServerState, request: Request, body: NativeCompletionRe
     job = state.worker.submit(state.generation_job(label, drafter, build, config, time_limit_ms, warm_only=n_predict == 0))
     start, events = await started(job, request)
     if body.stream:
-        return StreamingResponse(_native_stream(state, start, events, job.number), media_type="text/event-stream")
+        return StreamingResponse(_native_stream(state, start, events, job), media_type="text/event-stream")
     text, finished = await collected(events)
-    return _final(state, start, finished, text, job.number)
+    return _final(state, start, finished, text, job)
 
 
-def _final(state: ServerState, start: Started, finished: Finished, content: str, task: int) -> dict[str, Any]:
+def _final(state: ServerState, start: Started, finished: Finished, content: str, job: Job) -> dict[str, Any]:
     stats = finished.stats
-    return {"content": content, "stop": True, "id_slot": 0, "id_task": task, "model": state.options.alias, "stop_type": STOP_TYPES[finished.reason],
+    return {"content": content, "stop": True, "id_slot": job.slot, "id_task": job.number, "model": state.options.alias,
+            "stop_type": STOP_TYPES[finished.reason],
             "stopping_word": "", "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n, "tokens_cached": stats.cache_n,
             "truncated": False, "timings": timings(stats), "localspec": localspec_stats(stats, state.plain_ms_per_token)}
 
 
-async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], task: int) -> AsyncIterator[str]:
+async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], job: Job) -> AsyncIterator[str]:
     async for event in events:
         if isinstance(event, JobFailed):
             yield sse_failure(event)
             return
         if isinstance(event, TokenEvent):
             if event.text:
-                yield sse({"content": event.text, "stop": False, "id_slot": 0, "tokens": [event.token] if event.token >= 0 else []})
+                yield sse({"content": event.text, "stop": False, "id_slot": job.slot, "tokens": [event.token] if event.token >= 0 else []})
             continue
-        yield sse(_final(state, start, event, "", task))
+        yield sse(_final(state, start, event, "", job))
