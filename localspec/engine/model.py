@@ -286,11 +286,7 @@ class Model:
         """Forget every cached token from position `n_keep` on (the rollback of a rejected draft)."""
         if n_keep >= len(self.kv_tokens):
             return
-        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
-            raise EngineError(
-                f"{self.path.name} cannot roll back its cache (a recurrent or hybrid architecture). "
-                "Speculative decoding needs a model whose cache can drop rejected tokens; run it without a draft."
-            )
+        self.forget(0, n_keep)
         del self.kv_tokens[n_keep:]
 
     def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray | None:
@@ -350,8 +346,10 @@ class Model:
     def forget(self, seq: int, from_pos: int = 0) -> None:
         """Drop sequence `seq`'s cells from position `from_pos` on (a slot's rollback, or its whole cache)."""
         if not llama_cpp.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
-            raise EngineError(f"{self.path.name} cannot roll back its cache (a recurrent or hybrid architecture): "
-                              "serve it with --parallel 1 and no draft.")
+            raise EngineError(
+                f"{self.path.name} cannot roll back its cache (a recurrent or hybrid architecture). "
+                "Speculative decoding needs a model whose cache can drop rejected tokens; run it without a draft."
+            )
 
     def clear_cache(self) -> None:
         """Every sequence's cells gone: the multi-sequence scheduler starts from an empty cache."""

@@ -11,46 +11,17 @@ Run: .venv/bin/python -m tests.tools.parallel_bars --target T.gguf --draft D.ggu
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from localspec.bench.load import ClientRun, measure, stream_request
 from localspec.bench.runner import load_prompts
-from tests.live_server import free_port, live_server
+from tests.live_server import live_server
+from tests.tools.serve_bars import llama_server
 
 CTX_PER_SLOT = 4096
-
-
-@contextmanager
-def llama_server(binary: Path, target: Path, draft: Path | None, threads: int, slots: int) -> Iterator[str]:
-    port = free_port()
-    args = [str(binary), "-m", str(target), "--port", str(port), "-c", str(CTX_PER_SLOT * slots), "-t", str(threads),
-            "-np", str(slots), "--no-webui"]
-    if draft is not None:
-        args += ["-md", str(draft), "-td", str(threads)]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"llama-server did not start: {' '.join(args)}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @contextmanager
@@ -79,8 +50,8 @@ def main() -> None:
         f"localspec --parallel {args.slots} auto": lambda: ours(args.target, args.draft, args.threads, args.slots, "auto"),
         f"localspec --parallel {args.slots} none": lambda: ours(args.target, args.draft, args.threads, args.slots, "none"),
         "localspec --parallel 1 auto": lambda: ours(args.target, args.draft, args.threads, 1, "auto"),
-        f"llama-server -np {args.slots} -md": lambda: llama_server(args.llama_server, args.target, args.draft, args.threads, args.slots),
-        f"llama-server -np {args.slots}": lambda: llama_server(args.llama_server, args.target, None, args.threads, args.slots),
+        f"llama-server -np {args.slots} -md": lambda: llama_server(args.llama_server, args.target, args.draft, args.threads, args.slots, CTX_PER_SLOT),
+        f"llama-server -np {args.slots}": lambda: llama_server(args.llama_server, args.target, None, args.threads, args.slots, CTX_PER_SLOT),
     }
     wanted = [name.strip() for name in args.only.split(";") if name.strip()]
     chosen = {name: start for name, start in servers.items() if not wanted or name in wanted}

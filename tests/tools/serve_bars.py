@@ -57,15 +57,17 @@ def first_token_seconds(url: str, body: dict[str, Any]) -> float:
 
 
 @contextmanager
-def llama_server(binary: Path, target: Path, draft: Path | None, threads: int) -> Iterator[str]:
+def llama_server(binary: Path, target: Path, draft: Path | None, threads: int, slots: int = 1, ctx_per_slot: int = 4096) -> Iterator[str]:
+    """llama.cpp's server on a free port, ready (its -c is the whole context, shared by -np slots); its URL."""
     port = free_port()
-    args = [str(binary), "-m", str(target), "--port", str(port), "-c", "4096", "-t", str(threads), "-np", "1", "--no-webui"]
+    args = [str(binary), "-m", str(target), "--port", str(port), "-c", str(ctx_per_slot * slots), "-t", str(threads),
+            "-np", str(slots), "--no-webui"]
     if draft is not None:
         args += ["-md", str(draft), "-td", str(threads)]  # the draft takes the target's context; draft settings at their defaults
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while True:
             try:
                 with urllib.request.urlopen(url + "/health", timeout=2) as response:

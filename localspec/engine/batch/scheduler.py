@@ -225,8 +225,7 @@ class BatchScheduler:
         cap = max(0, min(config.draft_max, k_limit, room, config.max_tokens - stats.predicted_n - 1))
         lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
         pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
-        drafter = generation.request.drafter if self.drafting is not None or generation.request.drafter != "model" else "none"
-        return SlotOptions(drafter, cap, lookup, pending)
+        return SlotOptions(generation.request.drafter, cap, lookup, pending)  # no draft model: the planner drafts plain
 
     def _prefill_budget(self, n_verify: int, step_ms: float) -> int:
         """Prompt tokens that may ride with `n_verify` verify tokens: what adds at most the step's own expected time
