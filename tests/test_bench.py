@@ -12,6 +12,7 @@ import pytest
 from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.runner import load_prompts, parse_ks, parse_p_mins, select_prompts
 from localspec.engine.cost_model import StepCosts, draft_length_distribution, expected_tokens_per_step
+from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.errors import EngineError
 from localspec.errors import UsageError
 from tests.lossless import NEAR_TIE_TINY
@@ -40,7 +41,7 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     assert device["backend"] and device["physical_cores"] >= 1 and [o["role"] for o in device["offloaded"]] == ["target", "draft"]
     prompts = load_prompts(None)
     labels = [mode["label"] for mode in data["modes"]]
-    expected = ["plain"] + [f"{d} K={k}" for d in ("model", "ngram", "hybrid", "hierarchical", "tree", "self") for k in (2, 4)] + ["auto K≤4"]
+    expected = ["plain"] + [f"{d} K={k}" for d in ("model", "ngram", "hybrid", "hierarchical", "tree", "self") for k in (2, 4)] + [f"auto K≤{AUTO_DRAFT_MAX}"]
     assert labels == expected
     assert len(data["measurements"]) == len(prompts) * len(labels)
     total = len(prompts) * len(labels)  # a line per measurement on stderr, with the time left; the self-draft's cut announced

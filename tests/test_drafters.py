@@ -7,6 +7,7 @@ import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
@@ -198,6 +199,27 @@ def test_the_controller_drafts_long_only_where_the_answer_copies_its_prompt():
     assert sum(accepted for _, accepted in drafted) >= 0.8 * sum(k for k, _ in drafted)
     assert steps[:100] == [(0, 0)] * 100  # the fresh text before: nothing to copy, plain decoding
     assert sum(k for k, _ in steps[-60:]) <= 8  # and after: at most the one run that overshoots the copy's end
+
+
+# A target whose batches cost little more than one token: a GPU, or a memory-bound target on a fast CPU.
+CHEAP_BATCH_MS = {1: 20.0, 2: 21.0, 4: 22.0, 8: 24.0, 16: 28.0, 32: 36.0, 33: 37.0}
+
+
+def test_on_a_cheap_batch_target_a_long_copy_is_drafted_far_past_8_and_drafting_stops_at_its_end():
+    source = list(range(100, 400))
+    fresh = list(range(1000, 1100))
+    steps = replay(AutoDrafter(CostTable(dict(CHEAP_BATCH_MS), fixed=True)), source, fresh + source[20:280] + fresh[::-1],
+                   k_cap=AUTO_DRAFT_MAX)
+    ends, position = [], 0  # where each step's text ends
+    for _, accepted in steps:
+        position += accepted + 1
+        ends.append(position)
+    before = [step for step, end in zip(steps, ends) if end <= 100]
+    during = [step for step, end in zip(steps, ends) if 100 < end <= 360]
+    after = [step for step, end in zip(steps, ends) if end > 360]
+    assert before == [(0, 0)] * 100  # nothing to copy yet: plain decoding
+    assert max(k for k, _ in during) >= 24 and len(during) <= 30  # 260 copied tokens in long strides, far past 8
+    assert sum(k for k, _ in after) <= AUTO_DRAFT_MAX  # after the copy: at most the one run that overshoots its end
 
 
 def test_lookups_are_judged_even_on_the_steps_that_did_not_draft():

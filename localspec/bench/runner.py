@@ -132,8 +132,8 @@ def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> t
 
 
 def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max: int | None = None) -> list[Mode]:
-    """Plain, each drafter at each K, auto (capped at `auto_max`, else the largest K); at temperature > 0 also sample-and-match."""
-    modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode("auto", auto_max or ks[-1])]
+    """Plain, each drafter at each K, auto (capped at `auto_max`, else as users run it); at temperature > 0 also sample-and-match."""
+    modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode("auto", auto_max or defaults.AUTO_DRAFT_MAX)]
     if temperature > 0 and "model" in drafters:
         modes += [Mode("model", k, "sample-match") for k in ks]
     return modes

@@ -17,8 +17,9 @@ TOP_K = 40
 TOP_P = 0.95
 MIN_P = 0.05
 
-# auto's K is a cap on its own choice, and prompt lookup's long runs are where it wins most: a higher default.
-AUTO_DRAFT_MAX = 8
+# auto chooses K itself from the measured costs and acceptance, so its cap is only the safety limit: a long copy on a
+# target whose batches are cheap (a GPU, a memory-bound Q8_0 or F16 target) pays drafted far beyond 8.
+AUTO_DRAFT_MAX = DRAFT_MAX_LIMIT
 
 
 def draft_max_for(drafter: str, recommended: int | None) -> int:

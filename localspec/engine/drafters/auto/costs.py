@@ -17,8 +17,9 @@ if TYPE_CHECKING:  # annotations only
 
 DECAY = 0.97  # per observation: the last ~30 steps weigh most
 SPIKE = 2.0  # a step slower than this many times the estimate is noise, not a cost
-# A few passes, so the first token never waits long: the decode loop's own steps refine every size it drafts.
-CALIBRATION_SIZES = (1, 2, 4, 8)
+# A few passes, so the first token never waits long: the decode loop's own steps refine every size it drafts. 16 tells
+# whether a long copy pays on this machine (sizes past it extend along the last slope until drafted).
+CALIBRATION_SIZES = (1, 2, 4, 8, 16)
 CALIBRATION_REPEATS = 1
 
 
