@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
-from localspec.engine.decode import GenerationConfig
+from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.model import Model
 from localspec.engine.sampling import SamplingParams, distribution
@@ -147,3 +148,11 @@ def test_greedy_confidence_matches_the_full_softmax():
         token, confidence = greedy_with_confidence(row)
         assert token == int(row.argmax())
         assert exact * (1 - 1e-5) <= confidence <= exact * 1.01  # float32 rounding below, the ignored tail above
+
+
+def test_lookup_across_requests_keeps_the_target_distribution(setup):
+    """The prompt holds no repeat, so every draft comes from the memory of the earlier samples' answers."""
+    engine, prompt, expected = setup
+    samples, drafted = sample_with_drafts(Decoder(engine.target, NgramDrafter(memory=LookupMemory())), prompt, "speculative", draft_max=3)
+    assert drafted > N_SEEDS
+    assert fit_p_value(samples, expected) > SIGNIFICANCE

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.engine.batch.slot import Slot, common_prefix
+from localspec.engine.batch.slot import Slot
 from localspec.engine.drafters.base import Draft
 from localspec.engine.model import Model
 from localspec.engine.sampling import SamplingParams, distribution, greedy_with_confidence
+from localspec.engine.tokens import common_prefix
 
 
 @dataclass

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
-from localspec.engine.batch.slot import Generation, Slot, SlotRequest, common_prefix
+from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.decode import emitted_tokens, judge, top2_margins
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft
-from localspec.engine.drafters.ngram import Lookup, NgramDrafter
+from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.drafters.registry import BATCH_DRAFTERS
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
@@ -32,6 +32,7 @@ from localspec.engine.model import Model
 from localspec.engine.sampling import make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
+from localspec.engine.tokens import common_prefix
 
 # Target batch sizes timed at start-up, up to a full batch of 8 slots drafting 7 each. Dense where CPU kernels change
 # pace (the real Q4_K_M target: 4 tokens cost 2.2x one, 8 cost 5x, 16 cost 6.5x): interpolation between far sizes
@@ -109,10 +110,8 @@ class BatchScheduler:
         rng, seed = make_rng(request.config.sampling.seed)
         stats = GenerationStats(drafter=request.drafter, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
                                 seed=None if request.config.sampling.greedy else seed)
-        lookup = None
-        if request.drafter in ("ngram", "auto"):
-            lookup = NgramDrafter()
-            lookup.start(prompt)
+        slot.lookup.start(prompt)  # every request's text joins the slot's memory, whichever drafter it runs
+        lookup = slot.lookup if request.drafter in ("ngram", "auto") else None
         self._arrivals += 1
         slot.last_used = self._arrivals
         slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
@@ -293,8 +292,7 @@ class BatchScheduler:
         if step.choice.source == "model":
             self.planner.observe_model(len(draft.tokens), verdict.n_accepted)
         settled = [*verdict.accepted, verdict.token]
-        if generation.lookup is not None:
-            generation.lookup.advance(settled)
+        slot.lookup.advance(settled)
         generation.shadows = self.planner.settle(generation.shadows, settled)
         events, reason = emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
         for event in events:

@@ -10,10 +10,11 @@ import numpy as np
 
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters.auto.controller import ShadowRun
-from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
+from localspec.engine.tokens import common_prefix
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Slot:
     generation: Generation | None = None
     last: int = -1  # the settled token not yet in the target's cache: the next verify batch starts with it
     last_used: int = 0  # the arrival number of its latest request (0: never used)
+    # Prompt lookup over this request's text and, through its memory, the slot's earlier prompts and answers.
+    lookup: NgramDrafter = field(default_factory=lambda: NgramDrafter(memory=LookupMemory()))
 
     @property
     def busy(self) -> bool:
@@ -72,17 +75,3 @@ class Slot:
         """How many leading tokens of `tokens` this slot's target cache already holds."""
         return common_prefix(self.cached, tokens)
 
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest shared prefix, by slice comparisons (C speed) rather than a Python loop per token."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low

@@ -10,6 +10,10 @@ the text before the cursor is copied, and that agreement (`match_length`) is
 reported with the run: a run copied from a place that matches the last 20
 tokens is far likelier to be right than one found by a 2-token coincidence,
 and the controller drafts long or not at all accordingly.
+
+With a `LookupMemory`, earlier requests count too: an autocomplete after a
+keystroke finds the completion the last request wrote (which its own prompt
+does not hold), a second edit of a file finds the first edit's answer.
 """
 
 from __future__ import annotations
@@ -21,60 +25,110 @@ import numpy as np
 
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.sampling import SamplingParams
+from localspec.engine.tokens import common_prefix
 
 NGRAM_MIN = 2
 NGRAM_MAX = 4
 MATCH_CAP = 32  # agreement is measured up to this many tokens back...
 CANDIDATES = 8  # ...for this many of the most recent occurrences
+SEPARATOR = -1  # between remembered texts: no token equals it, so no n-gram, agreement or run crosses it
+MEMORY_TOKENS = 16384  # what a memory keeps; past it the older half is dropped
 
 
 @dataclass(frozen=True)
 class Lookup:
     tokens: list[int] = field(default_factory=list)
     match_length: int = 0  # tokens before the cursor that agree with the text before the copied run
+    remembered: bool = False  # copied from an earlier request's text rather than this one's
+
+
+class NgramIndex:
+    """Tokens and, for every n-gram of n_min..n_max tokens, each index where it ends (oldest first)."""
+
+    def __init__(self, n_min: int, n_max: int) -> None:
+        self.n_min, self.n_max = n_min, n_max
+        self.tokens: list[int] = []
+        self.ends: dict[tuple[int, ...], list[int]] = {}
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for token in tokens:
+            self.tokens.append(token)
+            end = len(self.tokens) - 1
+            for n in range(self.n_min, min(self.n_max, end + 1) + 1):
+                self.ends.setdefault(tuple(self.tokens[end + 1 - n : end + 1]), []).append(end)
+
+    def agreement(self, earlier: int, text: Sequence[int], end: int) -> int:
+        """How many tokens ending at `earlier` here equal those ending at `end` in `text` (up to MATCH_CAP)."""
+        tokens, length = self.tokens, 0
+        while length < MATCH_CAP and earlier - length >= 0 and end - length >= 0 and tokens[earlier - length] == text[end - length]:
+            length += 1
+        return length
+
+
+class LookupMemory(NgramIndex):
+    """The earlier prompts and answers of one conversation or server slot, for lookup across requests.
+
+    A request usually continues the last one (a chat's next turn, the same file after a keystroke), so only what
+    the new text does not share with the last remembered one is added, with a little of the text before it so its
+    n-grams and agreement still read; the oldest half is dropped past MEMORY_TOKENS.
+    """
+
+    def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX, max_tokens: int = MEMORY_TOKENS) -> None:
+        super().__init__(n_min, n_max)
+        self.max_tokens = max_tokens
+        self._last: list[int] = []
+
+    def remember(self, text: Sequence[int]) -> None:
+        shared = common_prefix(self._last, text)
+        if shared == len(text):
+            return
+        self.extend([SEPARATOR, *text[max(0, shared - MATCH_CAP) :]])
+        self._last = list(text)
+        if len(self.tokens) > self.max_tokens:
+            kept = self.tokens[-(self.max_tokens // 2) :]
+            self.tokens, self.ends = [], {}
+            self.extend(kept)
 
 
 class NgramDrafter(Drafter):
     name = "ngram"
 
-    def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX) -> None:
+    def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX, memory: LookupMemory | None = None) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("n-gram sizes need 1 <= n_min <= n_max")
         self.n_min, self.n_max = n_min, n_max
-        self._tokens: list[int] = []
-        self._ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> every index where it ends, oldest first
+        self.memory = memory
+        self._index = NgramIndex(n_min, n_max)
 
     def start(self, prompt: Sequence[int]) -> None:
-        self._tokens = []
-        self._ends.clear()
-        self._extend(prompt)
-
-    def _extend(self, tokens: Sequence[int]) -> None:
-        for token in tokens:
-            self._tokens.append(token)
-            end = len(self._tokens) - 1
-            for n in range(self.n_min, min(self.n_max, end + 1) + 1):
-                self._ends.setdefault(tuple(self._tokens[end + 1 - n : end + 1]), []).append(end)
-
-    def _agreement(self, earlier: int, end: int) -> int:
-        """How many tokens ending at `earlier` equal those ending at `end` (up to MATCH_CAP)."""
-        tokens, length = self._tokens, 0
-        while length < MATCH_CAP and earlier - length >= 0 and tokens[earlier - length] == tokens[end - length]:
-            length += 1
-        return length
+        """A new text; the last one (prompt and answer) goes into the memory, if there is one."""
+        if self.memory is not None and self._index.tokens:
+            self.memory.remember(self._index.tokens)
+        self._index = NgramIndex(self.n_min, self.n_max)
+        self._index.extend(prompt)
 
     def lookup(self, k: int) -> Lookup:
         """Up to k tokens that followed the best earlier occurrence of the longest suffix seen before."""
-        if k <= 0:
+        text = self._index.tokens
+        end = len(text) - 1
+        if k <= 0 or end < 0:
             return Lookup()
-        end = len(self._tokens) - 1
         for n in range(min(self.n_max, end + 1), self.n_min - 1, -1):
-            ends = self._ends.get(tuple(self._tokens[end + 1 - n : end + 1]), [])
-            candidates = [e for e in ends[-CANDIDATES - 1 :] if e < end][-CANDIDATES:]
-            if candidates:
-                # The longest agreement wins; among equals, the most recent (later text is likelier to be repeated).
-                length, earlier = max((self._agreement(e, end), e) for e in candidates)
-                return Lookup(self._tokens[earlier + 1 : min(earlier + 1 + k, end + 1)], length)
+            gram = tuple(text[end + 1 - n : end + 1])
+            own = [e for e in self._index.ends.get(gram, [])[-CANDIDATES - 1 :] if e < end][-CANDIDATES:]
+            # The longest agreement wins; among equals this text over the memory, then the most recent (later text is
+            # likelier to be repeated).
+            found = [(self._index.agreement(e, text, end), 1, e) for e in own]
+            if self.memory is not None:
+                remembered = self.memory.tokens
+                found += [(self.memory.agreement(e, text, end), 0, e) for e in self.memory.ends.get(gram, [])[-CANDIDATES:]
+                          if e + 1 < len(remembered) and remembered[e + 1] != SEPARATOR]
+            if found:
+                length, in_text, earlier = max(found)
+                if in_text:
+                    return Lookup(text[earlier + 1 : min(earlier + 1 + k, end + 1)], length)
+                run = self.memory.tokens[earlier + 1 : earlier + 1 + k]  # type: ignore[union-attr]
+                return Lookup(run[: run.index(SEPARATOR)] if SEPARATOR in run else run, length, remembered=True)
         return Lookup()
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
@@ -82,8 +136,8 @@ class NgramDrafter(Drafter):
         return Draft.deterministic(tokens, sampling)
 
     def advance(self, tokens: Sequence[int]) -> None:
-        self._extend(tokens)
+        self._index.extend(tokens)
 
 
 def build(sources: DraftSources) -> Drafter:
-    return NgramDrafter()
+    return NgramDrafter(memory=LookupMemory())

@@ -14,6 +14,10 @@ probability of it, which is the chance the target emits it). So lookup needs no
 exploration, and where it lost it costs nothing to keep watching. The draft model
 costs a decode to judge, so it is tried now and then even when it is losing, at
 doubling intervals, so that it can win back.
+
+Its lookup remembers earlier requests (`LookupMemory`): an editor's next
+autocomplete, or a second edit of the same file, can copy what an earlier
+answer wrote. Remembered runs are judged by the same agreement classes.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
-from localspec.engine.drafters.ngram import Lookup, NgramDrafter
+from localspec.engine.drafters.ngram import Lookup, LookupMemory, NgramDrafter
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 
@@ -84,7 +88,7 @@ class AutoDrafter(Drafter):
         self.costs_file = costs_file  # where the learned costs are kept between runs (None: not kept)
         self.model = model
         self.models = model.models if model is not None else ()
-        self.ngram = ngram or NgramDrafter()
+        self.ngram = ngram or NgramDrafter(memory=LookupMemory())
         self.acceptance: dict[str, AcceptanceModel] = {
             self._lookup_key(bound): AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()
         }
