@@ -48,6 +48,7 @@ TINY_SPECS = {
     # seeds): an answer long enough to be stopped mid-way.
     "talkative": TinySpec(seed=8),
     "talkative_draft": TinySpec(seed=30, base_seed=8, noise=0.1),
+    "fim": TinySpec(seed=6, vocab="fim"),  # has fill-in-the-middle tokens, as code models do
 }
 
 

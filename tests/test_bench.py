@@ -15,6 +15,7 @@ from localspec.engine.cost_model import StepCosts, draft_length_distribution, ex
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.errors import EngineError
 from localspec.errors import UsageError
+from tests.conftest import cli
 from tests.lossless import NEAR_TIE_TINY
 
 
@@ -163,3 +164,24 @@ def test_a_prompt_file_that_cannot_be_read_is_a_usage_error_before_loading(tmp_p
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--prompts" in result.stderr and "nonexistent.jsonl: the file cannot be read (No such file or directory)" in result.stderr
     assert "loading the pair" not in result.stderr  # refused before any model loads
+
+
+def test_the_autocomplete_replay_times_every_line_in_each_mode_and_completes_as_plain_does(tmp_path, tiny):
+    out = tmp_path / "autocomplete.json"
+    source = tmp_path / "shapes.py"
+    source.write_text("def area(width, height):\n    return width * height\n\n\nclass Square:\n    def __init__(self, side):\n"
+                      "        self.side = side\n")
+    result = cli("bench", "autocomplete", str(source), "--target", str(tiny["fim"]), "--rounds", "2", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "Autocomplete replay: 5 lines of" in result.stdout and "Traceback" not in result.stderr
+    summaries = json.loads(out.read_text())
+    assert [s["mode"] for s in summaries] == ["plain", "auto", "auto, no memory"]
+    for summary in summaries:
+        assert [c["line"] for c in summary["completions"]] == [1, 2, 5, 6, 7] * 2  # each line with text, in each round
+        assert summary["requests"] == 10 and all(c["total_ms"] >= c["first_token_ms"] > 0 for c in summary["completions"])
+        assert all("\n" not in c["text"] and c["tokens"] <= 48 for c in summary["completions"])  # the rest of one line at most
+    # Greedy: every mode completes each line as plain decoding does (a near-tie could part one on another machine).
+    assert all(s["same_as_plain"] >= s["requests"] - 1 for s in summaries)
+    # The default input is two of localspec's own files; a model without FIM tokens is refused before anything runs.
+    refused = cli("bench", "autocomplete", "--target", str(tiny["target"]), "--lines", "1")
+    assert refused.returncode == 1 and "no fill-in-the-middle tokens" in refused.stderr and "Traceback" not in refused.stderr

@@ -13,6 +13,7 @@ import pytest
 from localspec import __version__
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import GenerationConfig
+from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.engine import Engine, EngineConfig
 from tests.conftest import cli, run
 from tests.lossless import assert_clear_of_ties
@@ -49,7 +50,7 @@ def test_generate_uses_auto_by_default_and_reports_its_decisions(tiny):
                  "--max-tokens", "30", "--json")
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)["stats"]
-    assert stats["drafter"] == "auto" and stats["draft_max"] == 8
+    assert stats["drafter"] == "auto" and stats["draft_max"] == AUTO_DRAFT_MAX
     assert sum(stats["decisions"].values()) == stats["n_steps"] and stats["predicted_tokens_per_step"] >= 1.0
 
 

@@ -22,6 +22,7 @@ N_LAYER = 2
 CONTEXT = 4096
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+FIM_SPECIALS = {"pre": "<|fim_prefix|>", "suf": "<|fim_suffix|>", "mid": "<|fim_middle|>"}  # the "fim" vocabulary's, at its end
 MERGES = [("h", "e"), ("l", "l"), ("Ġ", "t"), ("i", "n"), ("o", "n"), ("e", "r"), ("Ġ", "a"), ("r", "e")]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -47,6 +48,8 @@ def vocabulary(variant: str = "base") -> list[str]:
     tokens = SPECIALS + _byte_symbols() + [a + b for a, b in MERGES]
     if variant == "other":  # a different tokenizer: two ordinary tokens trade places
         tokens[100], tokens[101] = tokens[101], tokens[100]
+    if variant == "fim":  # a code model's: fill-in-the-middle tokens too
+        tokens += list(FIM_SPECIALS.values())
     return tokens
 
 
@@ -112,7 +115,12 @@ def write_tiny_model(path: Path, spec: TinySpec) -> Path:
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL] * len(SPECIALS) + [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIALS)))
+    types = [gguf.TokenType.CONTROL] * len(SPECIALS) + [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIALS))
+    if spec.vocab == "fim":
+        for role, text in FIM_SPECIALS.items():
+            types[tokens.index(text)] = gguf.TokenType.CONTROL
+            writer.add_uint32(f"tokenizer.ggml.fim_{role}_token_id", tokens.index(text))
+    writer.add_token_types(types)
     writer.add_token_merges([f"{a} {b}" for a, b in MERGES])
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(spec.eos)

@@ -114,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--llama-cpp-bin", type=Path,
                        help="directory with llama.cpp's llama-bench and llama-speculative-simple, to measure them in the same run")
+    bench_kinds = bench.add_subparsers(dest="bench_command", metavar="autocomplete")
+    autocomplete = bench_kinds.add_parser(
+        "autocomplete", help="replay typing through source files: a fill-in-the-middle request for the rest of every line, "
+                             "timed for plain decoding, auto, and auto without lookup across requests")
+    autocomplete.add_argument("files", type=Path, nargs="*", metavar="FILE",
+                              help="source files to replay (default: two small source files of localspec's own)")
+    _add_model_args(autocomplete)
+    autocomplete.add_argument("--lines", type=int, help="replay only the first N lines that have text (default: all)")
+    autocomplete.add_argument("--rounds", type=int, default=1, help="replay every mode this many times, taking turns (default 1)")
+    autocomplete.add_argument("--json", dest="json_file", type=Path, help="also write every completion and its timings to this file")
 
     load = commands.add_parser("bench-serve", help="load a running server with 1, 2, 4, 8... concurrent clients sending the bench's prompts")
     load.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080 (localspec serve, or llama.cpp's llama-server)")
@@ -168,10 +178,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_make_draft(args)
         if args.command == "bench":
+            from localspec.bench.autocomplete import run_autocomplete
             from localspec.bench.runner import run_bench
             from localspec.cli.pair_args import engine_config_from_args, resolve_models
 
             resolve_models(args)
+            if args.bench_command == "autocomplete":
+                return run_autocomplete(args, engine_config_from_args(args))
             return run_bench(args, engine_config_from_args(args))
         if args.command == "bench-serve":
             from localspec.bench.load import run_bench_serve

@@ -7,8 +7,8 @@ import sys
 from fastapi.responses import JSONResponse
 
 from localspec.engine.errors import ChatTemplateError, PromptTooLongError
+from localspec.engine.fim import FimUnsupportedError
 from localspec.errors import LocalspecError, UsageError
-from localspec.serve.fim import FimUnsupportedError
 from localspec.serve.payloads import error_body
 
 

@@ -10,9 +10,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from localspec import __version__
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.fim import fim_prompt
 from localspec.engine.model import Model
 from localspec.errors import UsageError
-from localspec.serve.fim import fim_prompt
 from localspec.serve.jobs import Started
 from localspec.serve.openai_routes import server
 from localspec.serve.payloads import STOP_TYPES, error_body, localspec_stats, timings

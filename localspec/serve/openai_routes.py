@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from localspec.engine.chat import render_messages, supports_tools
 from localspec.engine.engine import Engine
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.fim import fim_prompt
 from localspec.engine.model import Model
 from localspec.errors import UsageError
 from localspec.serve.answer import THINK_OPEN, AnswerShaper, Delta
 from localspec.serve.errors import ServerNotReady
-from localspec.serve.fim import fim_prompt
 from localspec.serve.payloads import FINISH_REASONS, localspec_stats, new_id, now, timings, usage
 from localspec.serve.requests import ChatRequest, CompletionRequest
 from localspec.serve.state import ServerState

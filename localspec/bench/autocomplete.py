@@ -1,0 +1,187 @@
+"""The autocomplete replay: typing through a real source file, a fill-in-the-middle request at every line.
+
+An editor's autocomplete (llama.vim, llama.vscode, Continue's tab) sends the
+text before and after the cursor each time the user pauses, and wants the rest
+of the line fast. This replays that through a file: at each non-blank line the
+cursor sits after the line's indentation, the prefix is everything before it
+and the suffix everything after the line, and the request asks for the rest of
+the line, as `/infill` builds it (the same `fim_prompt` and decoders). Each mode
+replays the whole file in order, as one editor session would, so the prompt
+cache and the lookup memory see what they would see in use; the modes take
+turns going first from round to round, so drift falls on all alike.
+
+Modes: plain decoding, auto, and auto without lookup across requests (its
+memory of earlier requests switched off), which is what tells whether that
+memory pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from localspec.bench.progress import BenchProgress
+from localspec.engine import defaults
+from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.draft_model import ModelDrafter
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.fim import fim_prompt
+from localspec.errors import UsageError
+
+# Two small, real source files of this project, shipped with it: the replay's input when the user gives none.
+DEFAULT_FILES = ("engine/tokens.py", "engine/drafters/auto/acceptance.py")
+LINE_TOKENS = 48  # the most a request may write: the rest of one line, as editors ask
+MODES = ("plain", "auto", "auto, no memory")
+
+
+@dataclass(frozen=True)
+class LineRequest:
+    file: str
+    line: int  # 1-based, as an editor shows it
+    prefix: str
+    suffix: str
+
+
+@dataclass
+class Completion:
+    mode: str
+    file: str
+    line: int
+    text: str
+    tokens: int
+    first_token_ms: float
+    total_ms: float
+
+
+@dataclass
+class ModeSummary:
+    mode: str
+    requests: int
+    first_token_median_ms: float
+    request_median_ms: float
+    request_p90_ms: float
+    tokens_per_second: float
+    same_as_plain: int  # completions equal to plain decoding's (greedy)
+    completions: list[Completion] = field(default_factory=list)
+
+
+def line_requests(name: str, text: str, limit: int | None = None) -> list[LineRequest]:
+    """At each non-blank line: the cursor after its indentation, the suffix from the end of the line on."""
+    lines = text.splitlines(keepends=True)
+    requests = []
+    for index, line in enumerate(lines):
+        body = line.rstrip("\n")
+        if not body.strip():
+            continue
+        indent = body[: len(body) - len(body.lstrip())]
+        prefix = "".join(lines[:index]) + indent
+        suffix = line[len(body) :] + "".join(lines[index + 1 :])
+        requests.append(LineRequest(name, index + 1, prefix, suffix))
+    return requests[:limit] if limit else requests
+
+
+def read_inputs(files: list[Path]) -> list[tuple[str, str]]:
+    """(name, text) for each file given, else for the shipped defaults; a file that cannot be read is a usage error."""
+    if not files:
+        package = resources.files("localspec")
+        return [(f"localspec/{name}", package.joinpath(name).read_text("utf-8")) for name in DEFAULT_FILES]
+    inputs = []
+    for path in files:
+        try:
+            inputs.append((str(path), path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: the file cannot be read as UTF-8 text ({getattr(exc, 'strerror', None) or exc}). "
+                             "Give a source file to replay.") from exc
+    return inputs
+
+
+def _complete(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> tuple[str, int, float, float]:
+    start = time.perf_counter()
+    first, pieces, tokens = None, [], 0
+    for event in decoder.generate(prompt, config):
+        if isinstance(event, TokenEvent):
+            first = first if first is not None else time.perf_counter()
+            pieces.append(event.text)
+            tokens += event.token >= 0
+        elif isinstance(event, Finished):
+            break
+    end = time.perf_counter()
+    return "".join(pieces), tokens, ((first or end) - start) * 1000, (end - start) * 1000
+
+
+def _decoders(engine: Engine) -> dict[str, Decoder]:
+    auto = engine.decoder("auto")
+    assert isinstance(auto.drafter, AutoDrafter)
+    # The one difference: lookup without a memory sees each request's own text only. One cost table, measured once.
+    model = ModelDrafter(engine.draft, lazy_start=True) if engine.draft is not None else None
+    forgetful = AutoDrafter(auto.drafter.costs, model, ngram=NgramDrafter())
+    return {"plain": engine.plain, "auto": auto, "auto, no memory": Decoder(engine.target, forgetful)}
+
+
+def replay(engine: Engine, requests: list[LineRequest], rounds: int, progress: BenchProgress) -> list[ModeSummary]:
+    decoders = _decoders(engine)
+    config = GenerationConfig(max_tokens=LINE_TOKENS, stop=["\n"], draft_max=defaults.AUTO_DRAFT_MAX)
+    prompts = [fim_prompt(engine.target, r.prefix, r.suffix) for r in requests]
+    done: dict[str, list[Completion]] = {mode: [] for mode in MODES}
+    for round_index in range(rounds):
+        order = MODES[round_index % len(MODES) :] + MODES[: round_index % len(MODES)]
+        for mode in order:
+            engine.target.truncate(0)  # each mode's session starts cold, as an editor's first request does
+            for request, prompt in zip(requests, prompts):
+                text, tokens, first_ms, total_ms = _complete(decoders[mode], prompt, config)
+                done[mode].append(Completion(mode, request.file, request.line, text, tokens, first_ms, total_ms))
+            rate = sum(c.tokens for c in done[mode][-len(requests) :]) / max(1e-9, sum(c.total_ms for c in done[mode][-len(requests) :]) / 1000)
+            progress.measured(f"round {round_index + 1} · {mode}", rate)
+    plain_text = {(c.file, c.line): c.text for c in done["plain"]}
+    return [_summary(mode, done[mode], plain_text) for mode in MODES]
+
+
+def _summary(mode: str, completions: list[Completion], plain_text: dict[tuple[str, int], str]) -> ModeSummary:
+    totals = sorted(c.total_ms for c in completions)
+    generating_s = sum(c.total_ms - c.first_token_ms for c in completions) / 1000
+    return ModeSummary(
+        mode, len(completions),
+        statistics.median(c.first_token_ms for c in completions),
+        statistics.median(totals),
+        totals[min(len(totals) - 1, int(0.9 * len(totals)))],
+        sum(max(0, c.tokens - 1) for c in completions) / generating_s if generating_s > 0 else 0.0,
+        sum(c.text == plain_text.get((c.file, c.line)) for c in completions),
+        completions,
+    )
+
+
+def print_summary(summaries: list[ModeSummary], described: str) -> None:
+    plain = next(s for s in summaries if s.mode == "plain")
+    print(f"Autocomplete replay: {described}")
+    print(f"{'mode':18s} {'requests':>8s} {'first token':>12s} {'request':>9s} {'p90':>8s} {'tok/s':>7s} {'× plain':>8s} {'same as plain':>14s}")
+    for s in summaries:
+        ratio = plain.request_median_ms / s.request_median_ms if s.request_median_ms else 0.0
+        print(f"{s.mode:18s} {s.requests:8d} {s.first_token_median_ms:9.0f} ms {s.request_median_ms:6.0f} ms {s.request_p90_ms:5.0f} ms "
+              f"{s.tokens_per_second:7.1f} {ratio:7.2f}× {s.same_as_plain:>7d}/{s.requests}")
+    print("first token and request: medians over every request (a request is the rest of one line, up to "
+          f"{LINE_TOKENS} tokens); × plain: plain's median request time over the mode's; tok/s after the first token.")
+
+
+def run_autocomplete(args: argparse.Namespace, engine_config: EngineConfig) -> int:
+    inputs = read_inputs(args.files)
+    requests = [r for name, text in inputs for r in line_requests(name, text)][: args.lines or None]
+    if not requests:
+        raise UsageError("The files hold no line to complete: give a source file with some non-blank lines.")
+    progress = BenchProgress(args.rounds * len(MODES))
+    progress.stage(f"{len(requests)} requests from {', '.join(name for name, _ in inputs)} × {len(MODES)} modes × "
+                   f"{args.rounds} round(s); loading the pair")
+    with Engine(engine_config) as engine:
+        summaries = replay(engine, requests, args.rounds, progress)
+    print_summary(summaries, f"{len(requests)} lines of {', '.join(name for name, _ in inputs)}, {args.rounds} round(s)")
+    if args.json_file:
+        args.json_file.write_text(json.dumps([asdict(s) for s in summaries], indent=2))
+        print(f"\nfull results: {args.json_file}")
+    return 0
