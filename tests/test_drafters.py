@@ -17,6 +17,7 @@ from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.stats import GenerationStats
 from tests.conftest import run
+from tests.forced_choices import AlwaysHybrid
 from tests.lossless import assert_clear_of_ties, assert_lossless
 
 # Costs shaped like a large target on a GPU: verifying 16 tokens costs little more than one, drafting is cheap.
@@ -180,7 +181,10 @@ def auto_decisions(target, draft, tokens: int, costs: tuple[dict[int, float], fl
 
 def test_the_controller_drafts_long_when_drafts_always_match(tiny):
     decisions = auto_decisions(tiny["talkative"], tiny["talkative"], 400, GPU_LIKE)
-    long_steps = sum(n for label, n in decisions.items() if label.startswith("model K=") and int(label.split("=")[1]) >= 6)
+    def drafted(label: str) -> int:  # "model K=7" -> 7, "hybrid K=3+5" -> 8 (the draft model continuing a lookup run)
+        return 0 if label == "none" else sum(int(part) for part in label.split("=")[1].split("+"))
+
+    long_steps = sum(n for label, n in decisions.items() if label.split()[0] in ("model", "hybrid") and drafted(label) >= 6)
     assert long_steps >= 0.8 * sum(decisions.values()), decisions
 
 
@@ -212,6 +216,33 @@ def test_a_draft_too_slow_for_its_target_is_never_tried(tiny):
         # Even all accepted, K draft tokens cost 9K + verify(K+1) > 10(K+1): not worth one exploring step.
         for _ in range(600):
             assert controller.decide(4, Lookup()).drafter == "none"
+
+
+def test_auto_continues_a_short_sure_lookup_run_with_the_draft_model(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        assert engine.draft is not None
+        controller = AutoDrafter(CostTable(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True), ModelDrafter(engine.draft, lazy_start=True))
+        controller.start([1, 2, 3])
+        for _ in range(40):  # both have been right: copies that agree this far, and the draft model
+            controller.acceptance[controller._lookup_key(16)].observe(8, 8)
+            controller.acceptance["model"].observe(8, 8)
+        short = controller.decide(8, Lookup([11, 12, 13], 20))  # the copy's source ends after three tokens
+        assert (short.drafter, short.lookup_k, short.k, short.label) == ("hybrid", 3, 8, "hybrid K=3+5")
+        assert controller.decide(8, Lookup(list(range(11, 19)), 20)).drafter == "ngram"  # a full run: lookup alone, free
+        assert controller.decide(8, Lookup()).drafter == "model"  # no run: the model alone
+
+
+def test_autos_hybrid_steps_are_lossless_on_tiny_models(tiny):
+    with Engine(EngineConfig(tiny["target"], tiny["near"])) as engine:
+        assert engine.draft is not None
+        prompt = chat_prompt_tokens(engine.target, [Message("user", REPEATING)])
+        plain = run(engine.plain, prompt, GenerationConfig(max_tokens=80))
+        costs = CostTable(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True)
+        decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
+        hybrid = run(decoder, prompt, GenerationConfig(max_tokens=80, draft_max=8, draft_p_min=0.0))
+    assert_lossless(plain, hybrid, label="hybrid inside auto")
+    steps = hybrid.finished.stats.decisions
+    assert sum(n for label, n in steps.items() if label.startswith("hybrid K=")) >= 3, steps  # every step that found a run
 
 
 # Verify costs as measured on the 2-core CI machine with the real target: every row of logits costs, so speculation must be sure.

@@ -13,10 +13,14 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
-from localspec.engine.decode import GenerationConfig
+from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.draft_model import ModelDrafter
+from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.sampling import SamplingParams
-from tests.conftest import run
+from tests.conftest import Run, run
+from tests.forced_choices import AlwaysHybrid
 
 NEAR_TIE = 0.12  # logit gap under which batched and single-row decodes were seen to disagree
 MAX_TOKENS = 64
@@ -59,12 +63,34 @@ def test_greedy_speculative_output_is_the_targets(engine, drafter, text):
     spec = run(engine.decoder(drafter), prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=4, record_margins=True))
     if drafter in ("model", "hybrid", "tree"):
         assert spec.finished.stats.draft_n_accepted > 0
+    assert_the_targets_output(plain, spec)
+
+
+def assert_the_targets_output(plain: Run, spec: Run) -> None:
+    """Equal to plain decoding, or parting from it only where the target's two best logits nearly tie."""
     departure = next((i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens)) if a != b), None)
     if departure is None:
         assert spec.tokens == plain.tokens
         return
     margin = min(plain.events[departure].margin, spec.events[departure].margin)
     assert margin < NEAR_TIE, f"departure at token {departure} with a top-2 logit gap of {margin:.3f}: not a near-tie"
+
+
+def test_autos_hybrid_steps_and_lookup_across_requests_are_lossless_on_the_real_pair(engine):
+    prompt = prompt_for(engine, PROMPTS[1])  # a code edit: lookup runs that the draft model can continue
+    plain = run(engine.plain, prompt, GenerationConfig(max_tokens=MAX_TOKENS))
+    auto = engine.decoder("auto").drafter
+    assert isinstance(auto, AutoDrafter)
+    hybrid = Decoder(engine.target, AlwaysHybrid(auto.costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
+    out = run(hybrid, prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))
+    assert any(label.startswith("hybrid K=") for label in out.finished.stats.decisions)
+    assert_the_targets_output(plain, out)
+    remembering = Decoder(engine.target, AutoDrafter(auto.costs, ngram=NgramDrafter(memory=LookupMemory())))
+    first = run(remembering, prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))
+    again = run(remembering, prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))  # the answer is in the memory now
+    assert_the_targets_output(plain, first)
+    assert_the_targets_output(plain, again)
+    assert again.finished.stats.draft_n_accepted > max(first.finished.stats.draft_n_accepted, len(again.tokens) // 2)
 
 
 def test_sampling_is_reproducible_with_a_seed(engine):

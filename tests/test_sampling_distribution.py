@@ -15,11 +15,14 @@ import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.model import Model
 from localspec.engine.sampling import SamplingParams, distribution
 from tests.conftest import run
+from tests.forced_choices import AlwaysHybrid
 from tests.goodness_of_fit import fit_p_value
 
 N_TOKENS = 3
@@ -154,5 +157,18 @@ def test_lookup_across_requests_keeps_the_target_distribution(setup):
     """The prompt holds no repeat, so every draft comes from the memory of the earlier samples' answers."""
     engine, prompt, expected = setup
     samples, drafted = sample_with_drafts(Decoder(engine.target, NgramDrafter(memory=LookupMemory())), prompt, "speculative", draft_max=3)
+    assert drafted > N_SEEDS
+    assert fit_p_value(samples, expected) > SIGNIFICANCE
+
+
+def test_autos_hybrid_steps_keep_the_target_distribution(setup):
+    """The prompt repeats (P, the target's greedy G, P again), so lookup finds runs and the draft model continues them."""
+    engine = setup[0]
+    base = raw_prompt_tokens(engine.target, "tell me something")
+    prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
+    expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
+    costs = CostTable({1: 20.0, 2: 20.5, 4: 21.0, 8: 22.0}, 1.0, fixed=True)
+    decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
+    samples, drafted = sample_with_drafts(decoder, prompt, "speculative", draft_max=3)
     assert drafted > N_SEEDS
     assert fit_p_value(samples, expected) > SIGNIFICANCE

@@ -27,6 +27,14 @@ class AcceptanceModel:
             total += survive
         return total
 
+    def prefix_curves(self, k: int) -> tuple[list[float], list[float]]:
+        """For j = 0..k: the expected tokens accepted among the first j, and the chance that all j are."""
+        expected, survive = [0.0], [1.0]
+        for i in range(k):
+            survive.append(survive[-1] * self.rate(i))
+            expected.append(expected[-1] + survive[-1])
+        return expected, survive
+
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         while len(self.tries) < n_drafted:
             self.hits.append(0.0)

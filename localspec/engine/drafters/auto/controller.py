@@ -15,6 +15,11 @@ exploration, and where it lost it costs nothing to keep watching. The draft mode
 costs a decode to judge, so it is tried now and then even when it is losing, at
 doubling intervals, so that it can win back.
 
+Hybrid steps are options too: the first j tokens of a lookup run, then the draft
+model continuing from their end, priced as the draft's catch-up over the j
+tokens, its further steps and the longer verify, and expected to yield the
+lookup's accepted tokens plus, when all j survive, the model's.
+
 Its lookup remembers earlier requests (`LookupMemory`): an editor's next
 autocomplete, or a second edit of the same file, can copy what an earlier
 answer wrote. Remembered runs are judged by the same agreement classes.
@@ -40,6 +45,8 @@ from localspec.engine.stats import GenerationStats
 EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losing...
 EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to this
 MODEL_K_MAX = 8
+HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
+HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
 # A lookup run is judged by how far its source agrees with the text before the cursor: each class (by the least
 # agreement it holds) learns its own acceptance, starting from these priors (what the bench's prompts showed). The
 # classes are fine where acceptance changes fast (a 3-token match is right half the time, an 8-token one 9 times in 10):
@@ -53,9 +60,18 @@ def match_class(match_length: int) -> int:
 
 @dataclass(frozen=True)
 class Decision:
-    drafter: str  # "none", "ngram" or the draft model's name
+    drafter: str  # "none", "ngram", "hybrid" or the draft model's name
     k: int
     predicted_tokens: float  # 1 + expected accepted tokens
+    lookup_k: int = 0  # hybrid: the lookup tokens the draft model continues after (k - lookup_k are the model's)
+
+    @property
+    def label(self) -> str:
+        if self.k == 0:
+            return "none"
+        if self.drafter == HYBRID:
+            return f"{HYBRID} K={self.lookup_k}+{self.k - self.lookup_k}"
+        return f"{self.drafter} K={self.k}"
 
 
 @dataclass
@@ -97,6 +113,7 @@ class AutoDrafter(Drafter):
         self.last_decision = Decision("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
         self._model_drafted = 0  # tokens the draft model proposed this step (0: it was not asked)
+        self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
 
@@ -131,8 +148,9 @@ class AutoDrafter(Drafter):
                 tokens = 1 + model_acceptance.expected_accepted(k)
                 options.append((Decision(self.model.name, k, tokens), tokens / cost))
                 model_tries.append((Decision(self.model.name, k, tokens), (k + 1) / cost))
+            options += self._hybrid_options(k_cap, lookup, ngram_acceptance, model_acceptance)
         best, best_rate = max(options, key=lambda option: option[1])
-        if self.model is not None and best.drafter == self.model.name:
+        if self.model is not None and best.drafter in (self.model.name, HYBRID):
             self._since_explore, self._explore_every = 0, EXPLORE_FIRST
             return best
         self._since_explore += 1
@@ -145,30 +163,52 @@ class AutoDrafter(Drafter):
             return min(hopeful, key=lambda decision: decision.k)  # the cheapest try
         return best
 
+    def _hybrid_options(self, k_cap: int, lookup: Lookup, lookup_acceptance: AcceptanceModel,
+                        model_acceptance: AcceptanceModel) -> list[tuple[Decision, float]]:
+        """The first j lookup tokens, then m from the draft model: every (j, m) that fits under the cap."""
+        assert self.model is not None and self.costs.draft_ms_per_token is not None
+        n_lookup = min(len(lookup.tokens), k_cap - 1, HYBRID_LOOKUP_MAX)
+        if n_lookup < 1:
+            return []
+        lookup_expected, lookup_survive = lookup_acceptance.prefix_curves(n_lookup)
+        model_expected, _ = model_acceptance.prefix_curves(MODEL_K_MAX)
+        options = []
+        for j in range(1, n_lookup + 1):
+            catch_up = self.costs.draft_batch(self.model.pending_tokens + j)  # the settled text and the j tokens, one batch
+            for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
+                tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
+                cost = catch_up + (m - 1) * self.costs.draft_ms_per_token + self.costs.verify(j + m + 1)
+                options.append((Decision(HYBRID, j + m, tokens, lookup_k=j), tokens / cost))
+        return options
+
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k)
         if lookup.tokens:
             self._shadows.append(ShadowRun(self._lookup_key(match_class(lookup.match_length)), lookup.tokens))
         decision = self.decide(k, lookup)
         self.last_decision = decision
-        self._model_drafted = 0
-        if self.model is not None and decision.drafter == self.model.name:
+        self._model_drafted = self._model_after = 0
+        if self.model is not None and decision.drafter in (self.model.name, HYBRID):
+            run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
             steps, step_ns = self.model.steps_decoded, self.model.step_ns
-            draft = self.model.propose(decision.k, p_min, sampling, rng)
+            continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
             # Only the one-token steps teach the per-token cost: the catch-up batch (the whole prompt, the first
             # time) is priced by draft_batch, and counting it here too would charge it twice.
             if self.model.steps_decoded > steps:
                 self.costs.observe_draft((self.model.step_ns - step_ns) / 1e6 / (self.model.steps_decoded - steps))
-            self._model_drafted = len(draft.tokens)
+            self._model_drafted, self._model_after = len(continuation.tokens), len(run)
+            lookup_part = Draft.deterministic(run, sampling)
+            draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
         else:
             tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
             draft = Draft.deterministic(tokens, sampling)
         return draft
 
     def advance(self, tokens: Sequence[int]) -> None:
-        if self.model is not None and self._model_drafted:
-            self.acceptance[self.model.name].observe(self._model_drafted, len(tokens) - 1)
-        self._model_drafted = 0
+        accepted = len(tokens) - 1
+        if self.model is not None and self._model_drafted and accepted >= self._model_after:
+            self.acceptance[self.model.name].observe(self._model_drafted, accepted - self._model_after)
+        self._model_drafted = self._model_after = 0
         undecided = []
         for shadow in self._shadows:
             if shadow.judge(tokens):
@@ -187,8 +227,7 @@ class AutoDrafter(Drafter):
     def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
         """Learn the verify cost, and report this step's choice and prediction in the statistics."""
         self.costs.observe_verify(n_verified, verify_ms)
-        decision = self.last_decision
-        stats.record_decision("none" if decision.k == 0 else f"{decision.drafter} K={decision.k}", decision.predicted_tokens)
+        stats.record_decision(self.last_decision.label, self.last_decision.predicted_tokens)
 
 
 def build(sources: DraftSources) -> Drafter:
