@@ -185,3 +185,18 @@ def test_the_autocomplete_replay_times_every_line_in_each_mode_and_completes_as_
     # The default input is two of localspec's own files; a model without FIM tokens is refused before anything runs.
     refused = cli("bench", "autocomplete", "--target", str(tiny["target"]), "--lines", "1")
     assert refused.returncode == 1 and "no fill-in-the-middle tokens" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_each_bench_measurement_is_a_session_of_its_own(tmp_path, tiny):
+    """A round repeats every prompt; lookup's memory of the first round must not draft the second."""
+    out = tmp_path / "rounds.json"
+    result = bench(tmp_path, tiny, "--only", "code-edit-rename", "--drafters", "ngram", "--draft-max", "4", "--rounds", "2",
+                   "--json", str(out), charts=False)
+    assert result.returncode == 0, result.stderr
+    runs: dict[str, list[dict]] = {}
+    for m in json.loads(out.read_text())["measurements"]:
+        runs.setdefault(m["mode"], []).append(m)
+    for label in ("ngram K=4", f"auto K≤{AUTO_DRAFT_MAX}"):
+        first, second = runs[label]
+        assert first["tokens"] == second["tokens"]
+        assert first["stats"]["draft_n"] == second["stats"]["draft_n"], label  # the same drafts: nothing remembered

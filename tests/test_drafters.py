@@ -57,6 +57,9 @@ def test_lookup_memory_finds_the_last_requests_answer_which_the_new_prompt_lacks
     forgetful.advance(answer)
     forgetful.start(prefix + answer[:3])
     assert forgetful.lookup(8) == Lookup()
+    drafter.forget_requests()  # a new session (the bench's next prompt)
+    drafter.start(prefix + answer[:3])
+    assert drafter.lookup(8) == Lookup()
 
 
 def test_lookup_memory_keeps_what_is_new_bounded_and_never_copies_across_texts():

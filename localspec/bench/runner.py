@@ -197,7 +197,9 @@ def _bench_prompt(
     for mode in modes[shift:] + modes[:shift]:
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=args.draft_p_min,
                                   verification=mode.verification, record_margins=args.margins)  # type: ignore[arg-type]
-        out, margins, stats = _measure(engine.decoder(mode.drafter), tokens, config)
+        decoder = engine.decoder(mode.drafter)
+        decoder.drafter.forget_requests()  # each prompt is a session of its own: a round's repeat is not drafted from memory
+        out, margins, stats = _measure(decoder, tokens, config)
         runs[mode] = Measurement(prompt.id, mode, out, stats, margins=margins)
         progress.measured(f"{prompt.id} · {mode.label}", stats.predicted_per_second)
     for m in runs.values():

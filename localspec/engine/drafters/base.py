@@ -89,6 +89,9 @@ class Drafter(ABC):
     def end(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """The generation ended (finished, stopped or cut); a drafter that keeps what it learned saves it here."""
 
+    def forget_requests(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """Earlier requests' text no longer counts: the next generation starts a new session (the bench's prompts)."""
+
 
 class NoDrafter(Drafter):
     """Plain decoding: proposes nothing, so every step is one target token."""

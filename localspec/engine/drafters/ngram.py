@@ -107,6 +107,11 @@ class NgramDrafter(Drafter):
         self._index = NgramIndex(self.n_min, self.n_max)
         self._index.extend(prompt)
 
+    def forget_requests(self) -> None:
+        self._index = NgramIndex(self.n_min, self.n_max)
+        if self.memory is not None:
+            self.memory = LookupMemory(self.n_min, self.n_max, self.memory.max_tokens)
+
     def lookup(self, k: int) -> Lookup:
         """Up to k tokens that followed the best earlier occurrence of the longest suffix seen before."""
         text = self._index.tokens

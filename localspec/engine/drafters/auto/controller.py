@@ -219,6 +219,9 @@ class AutoDrafter(Drafter):
         for drafter in self._drafters():
             drafter.advance(tokens)
 
+    def forget_requests(self) -> None:
+        self.ngram.forget_requests()
+
     def end(self) -> None:
         """Keep what this generation taught about the costs for the next run."""
         if self.costs_file is not None and not self.costs.fixed:
