@@ -173,12 +173,14 @@ def test_the_autocomplete_replay_times_every_line_in_each_mode_and_completes_as_
                       "        self.side = side\n")
     result = cli("bench", "autocomplete", str(source), "--target", str(tiny["fim"]), "--rounds", "2", "--json", str(out))
     assert result.returncode == 0, result.stderr
-    assert "Autocomplete replay: 5 lines of" in result.stdout and "Traceback" not in result.stderr
+    assert "Autocomplete replay: 10 requests on 5 lines of" in result.stdout and "Traceback" not in result.stderr
     summaries = json.loads(out.read_text())
     assert [s["mode"] for s in summaries] == ["plain", "auto", "auto, no memory"]
+    typing = [(1, ""), (1, "def"), (2, ""), (2, "return"), (5, ""), (5, "class"), (6, ""), (6, "def"), (7, ""), (7, "self.side")]
     for summary in summaries:
-        assert [c["line"] for c in summary["completions"]] == [1, 2, 5, 6, 7] * 2  # each line with text, in each round
-        assert summary["requests"] == 10 and all(c["total_ms"] >= c["first_token_ms"] > 0 for c in summary["completions"])
+        # Each line with text at its start, then after its first word, in each round.
+        assert [(c["line"], c["typed"]) for c in summary["completions"]] == typing * 2
+        assert summary["requests"] == 20 and all(c["total_ms"] >= c["first_token_ms"] > 0 for c in summary["completions"])
         assert all("\n" not in c["text"] and c["tokens"] <= 48 for c in summary["completions"])  # the rest of one line at most
     # Greedy: every mode completes each line as plain decoding does (a near-tie could part one on another machine).
     assert all(s["same_as_plain"] >= s["requests"] - 1 for s in summaries)

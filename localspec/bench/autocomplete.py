@@ -2,10 +2,13 @@
 
 An editor's autocomplete (llama.vim, llama.vscode, Continue's tab) sends the
 text before and after the cursor each time the user pauses, and wants the rest
-of the line fast. This replays that through a file: at each non-blank line the
-cursor sits after the line's indentation, the prefix is everything before it
-and the suffix everything after the line, and the request asks for the rest of
-the line, as `/infill` builds it (the same `fim_prompt` and decoders). Each mode
+of the line fast. This replays that through a file: at each non-blank line a
+request with the cursor after the line's indentation, and another once its
+first word is typed; the prefix is everything before the cursor, the suffix
+everything after the line, and the request asks for the rest of the line, as
+`/infill` builds it (the same `fim_prompt` and decoders). The second request is
+where lookup across requests can pay: the first one's completion may be what
+follows the typed word. Each mode
 replays the whole file in order, as one editor session would, so the prompt
 cache and the lookup memory see what they would see in use; the modes take
 turns going first from round to round, so drift falls on all alike.
@@ -46,7 +49,8 @@ MODES = ("plain", "auto", "auto, no memory")
 class LineRequest:
     file: str
     line: int  # 1-based, as an editor shows it
-    prefix: str
+    typed: str  # what the user has typed of the line's text so far ("" or its first word)
+    prefix: str  # everything before the cursor
     suffix: str
 
 
@@ -55,6 +59,7 @@ class Completion:
     mode: str
     file: str
     line: int
+    typed: str
     text: str
     tokens: int
     first_token_ms: float
@@ -73,19 +78,23 @@ class ModeSummary:
     completions: list[Completion] = field(default_factory=list)
 
 
-def line_requests(name: str, text: str, limit: int | None = None) -> list[LineRequest]:
-    """At each non-blank line: the cursor after its indentation, the suffix from the end of the line on."""
+def line_requests(name: str, text: str) -> list[LineRequest]:
+    """Two requests per line with text, as a user typing it sends them: with the cursor after the indentation, then
+    after the line's first word (its suffix unchanged), where the first request's completion may be what comes next."""
     lines = text.splitlines(keepends=True)
     requests = []
     for index, line in enumerate(lines):
         body = line.rstrip("\n")
-        if not body.strip():
+        words = body.split()
+        if not words:
             continue
         indent = body[: len(body) - len(body.lstrip())]
-        prefix = "".join(lines[:index]) + indent
+        before = "".join(lines[:index])
         suffix = line[len(body) :] + "".join(lines[index + 1 :])
-        requests.append(LineRequest(name, index + 1, prefix, suffix))
-    return requests[:limit] if limit else requests
+        requests.append(LineRequest(name, index + 1, "", before + indent, suffix))
+        if len(words) > 1:
+            requests.append(LineRequest(name, index + 1, words[0], before + indent + words[0], suffix))
+    return requests
 
 
 def read_inputs(files: list[Path]) -> list[tuple[str, str]]:
@@ -137,14 +146,14 @@ def replay(engine: Engine, requests: list[LineRequest], rounds: int, progress: B
             engine.target.truncate(0)  # each mode's session starts cold, as an editor's first request does
             for request, prompt in zip(requests, prompts):
                 text, tokens, first_ms, total_ms = _complete(decoders[mode], prompt, config)
-                done[mode].append(Completion(mode, request.file, request.line, text, tokens, first_ms, total_ms))
+                done[mode].append(Completion(mode, request.file, request.line, request.typed, text, tokens, first_ms, total_ms))
             rate = sum(c.tokens for c in done[mode][-len(requests) :]) / max(1e-9, sum(c.total_ms for c in done[mode][-len(requests) :]) / 1000)
             progress.measured(f"round {round_index + 1} · {mode}", rate)
-    plain_text = {(c.file, c.line): c.text for c in done["plain"]}
+    plain_text = {(c.file, c.line, c.typed): c.text for c in done["plain"]}
     return [_summary(mode, done[mode], plain_text) for mode in MODES]
 
 
-def _summary(mode: str, completions: list[Completion], plain_text: dict[tuple[str, int], str]) -> ModeSummary:
+def _summary(mode: str, completions: list[Completion], plain_text: dict[tuple[str, int, str], str]) -> ModeSummary:
     totals = sorted(c.total_ms for c in completions)
     generating_s = sum(c.total_ms - c.first_token_ms for c in completions) / 1000
     return ModeSummary(
@@ -153,7 +162,7 @@ def _summary(mode: str, completions: list[Completion], plain_text: dict[tuple[st
         statistics.median(totals),
         totals[min(len(totals) - 1, int(0.9 * len(totals)))],
         sum(max(0, c.tokens - 1) for c in completions) / generating_s if generating_s > 0 else 0.0,
-        sum(c.text == plain_text.get((c.file, c.line)) for c in completions),
+        sum(c.text == plain_text.get((c.file, c.line, c.typed)) for c in completions),
         completions,
     )
 
@@ -172,15 +181,20 @@ def print_summary(summaries: list[ModeSummary], described: str) -> None:
 
 def run_autocomplete(args: argparse.Namespace, engine_config: EngineConfig) -> int:
     inputs = read_inputs(args.files)
-    requests = [r for name, text in inputs for r in line_requests(name, text)][: args.lines or None]
+    requests = [r for name, text in inputs for r in line_requests(name, text)]
+    if args.lines:
+        kept = set(list(dict.fromkeys((r.file, r.line) for r in requests))[: args.lines])
+        requests = [r for r in requests if (r.file, r.line) in kept]
     if not requests:
         raise UsageError("The files hold no line to complete: give a source file with some non-blank lines.")
+    files = ", ".join(name for name, _ in inputs)
+    lines = len({(r.file, r.line) for r in requests})
     progress = BenchProgress(args.rounds * len(MODES))
-    progress.stage(f"{len(requests)} requests from {', '.join(name for name, _ in inputs)} × {len(MODES)} modes × "
-                   f"{args.rounds} round(s); loading the pair")
+    progress.stage(f"{len(requests)} requests on {lines} lines of {files} (at each line's start, then after its first word) × "
+                   f"{len(MODES)} modes × {args.rounds} round(s); loading the pair")
     with Engine(engine_config) as engine:
         summaries = replay(engine, requests, args.rounds, progress)
-    print_summary(summaries, f"{len(requests)} lines of {', '.join(name for name, _ in inputs)}, {args.rounds} round(s)")
+    print_summary(summaries, f"{len(requests)} requests on {lines} lines of {files}, {args.rounds} round(s)")
     if args.json_file:
         args.json_file.write_text(json.dumps([asdict(s) for s in summaries], indent=2))
         print(f"\nfull results: {args.json_file}")
