@@ -62,6 +62,7 @@ class Completion:
     typed: str
     text: str
     tokens: int
+    accepted: int  # draft tokens the target accepted
     first_token_ms: float
     total_ms: float
 
@@ -112,18 +113,18 @@ def read_inputs(files: list[Path]) -> list[tuple[str, str]]:
     return inputs
 
 
-def _complete(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> tuple[str, int, float, float]:
+def _complete(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> tuple[str, int, int, float, float]:
     start = time.perf_counter()
-    first, pieces, tokens = None, [], 0
+    first, pieces, tokens, accepted = None, [], 0, 0
     for event in decoder.generate(prompt, config):
         if isinstance(event, TokenEvent):
             first = first if first is not None else time.perf_counter()
             pieces.append(event.text)
             tokens += event.token >= 0
         elif isinstance(event, Finished):
-            break
+            accepted = event.stats.draft_n_accepted
     end = time.perf_counter()
-    return "".join(pieces), tokens, ((first or end) - start) * 1000, (end - start) * 1000
+    return "".join(pieces), tokens, accepted, ((first or end) - start) * 1000, (end - start) * 1000
 
 
 def _decoders(engine: Engine) -> dict[str, Decoder]:
@@ -143,10 +144,11 @@ def replay(engine: Engine, requests: list[LineRequest], rounds: int, progress: B
     for round_index in range(rounds):
         order = MODES[round_index % len(MODES) :] + MODES[: round_index % len(MODES)]
         for mode in order:
-            engine.target.truncate(0)  # each mode's session starts cold, as an editor's first request does
+            engine.target.truncate(0)  # each mode's session starts cold, as an editor's first request does...
+            decoders[mode].drafter.forget_requests()  # ...and remembers nothing of the last round's
             for request, prompt in zip(requests, prompts):
-                text, tokens, first_ms, total_ms = _complete(decoders[mode], prompt, config)
-                done[mode].append(Completion(mode, request.file, request.line, request.typed, text, tokens, first_ms, total_ms))
+                text, tokens, accepted, first_ms, total_ms = _complete(decoders[mode], prompt, config)
+                done[mode].append(Completion(mode, request.file, request.line, request.typed, text, tokens, accepted, first_ms, total_ms))
             rate = sum(c.tokens for c in done[mode][-len(requests) :]) / max(1e-9, sum(c.total_ms for c in done[mode][-len(requests) :]) / 1000)
             progress.measured(f"round {round_index + 1} · {mode}", rate)
     plain_text = {(c.file, c.line, c.typed): c.text for c in done["plain"]}
