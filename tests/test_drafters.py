@@ -51,7 +51,7 @@ def test_lookup_memory_finds_the_last_requests_answer_which_the_new_prompt_lacks
     drafter.start(prefix)
     drafter.advance(answer)
     drafter.start(prefix + answer[:3])  # an autocomplete after the user typed the first three tokens of the last completion
-    assert drafter.lookup(8) == Lookup(answer[3:11], MATCH_CAP, remembered=True)
+    assert drafter.lookup(8) == Lookup(answer[3:11], MATCH_CAP)  # found in the memory alone (see below)
     forgetful = NgramDrafter()
     forgetful.start(prefix)
     forgetful.advance(answer)

@@ -100,9 +100,13 @@ class BatchPlanner:
 
     def _candidates(self, options: SlotOptions) -> list[Choice]:
         found = [PLAIN]
-        found += [self._lookup_choice(options.lookup, k) for k in range(1, min(options.cap, len(options.lookup.tokens)) + 1)]
+        n_lookup = min(options.cap, len(options.lookup.tokens))
+        lookup_expected, _ = self.lookup_acceptance[match_class(options.lookup.match_length)].prefix_curves(n_lookup)
+        found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
-            found += [Choice("model", k, 1 + self.model_acceptance.expected_accepted(k)) for k in range(1, min(options.cap, MODEL_K_MAX) + 1)]
+            n_model = min(options.cap, MODEL_K_MAX)
+            model_expected, _ = self.model_acceptance.prefix_curves(n_model)
+            found += [Choice("model", k, 1 + model_expected[k]) for k in range(1, n_model + 1)]
         return found
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:

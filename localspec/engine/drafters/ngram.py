@@ -39,7 +39,6 @@ MEMORY_TOKENS = 16384  # what a memory keeps; past it the older half is dropped
 class Lookup:
     tokens: list[int] = field(default_factory=list)
     match_length: int = 0  # tokens before the cursor that agree with the text before the copied run
-    remembered: bool = False  # copied from an earlier request's text rather than this one's
 
 
 class NgramIndex:
@@ -133,7 +132,7 @@ class NgramDrafter(Drafter):
                 if in_text:
                     return Lookup(text[earlier + 1 : min(earlier + 1 + k, end + 1)], length)
                 run = self.memory.tokens[earlier + 1 : earlier + 1 + k]  # type: ignore[union-attr]
-                return Lookup(run[: run.index(SEPARATOR)] if SEPARATOR in run else run, length, remembered=True)
+                return Lookup(run[: run.index(SEPARATOR)] if SEPARATOR in run else run, length)
         return Lookup()
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:

@@ -21,14 +21,11 @@ class AcceptanceModel:
         return (self.hits[i] + 2 * self.prior) / (self.tries[i] + 2)
 
     def expected_accepted(self, k: int) -> float:
-        total, survive = 0.0, 1.0
-        for i in range(k):
-            survive *= self.rate(i)
-            total += survive
-        return total
+        return self.prefix_curves(k)[0][k]
 
     def prefix_curves(self, k: int) -> tuple[list[float], list[float]]:
-        """For j = 0..k: the expected tokens accepted among the first j, and the chance that all j are."""
+        """For j = 0..k: the expected tokens accepted among the first j, and the chance that all j are (one pass gives
+        every K a controller weighs)."""
         expected, survive = [0.0], [1.0]
         for i in range(k):
             survive.append(survive[-1] * self.rate(i))

@@ -133,22 +133,23 @@ class AutoDrafter(Drafter):
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
         options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
-        ngram_acceptance = self.acceptance[self._lookup_key(match_class(lookup.match_length))]
-        for k in range(1, min(k_cap, len(lookup.tokens)) + 1):
-            tokens = 1 + ngram_acceptance.expected_accepted(k)
+        n_lookup = min(k_cap, len(lookup.tokens))
+        lookup_expected, lookup_survive = self.acceptance[self._lookup_key(match_class(lookup.match_length))].prefix_curves(n_lookup)
+        for k in range(1, n_lookup + 1):
+            tokens = 1 + lookup_expected[k]
             options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
         model_tries: list[tuple[Decision, float]] = []  # each with the rate it would reach if all were accepted
         if self.model is not None and self.costs.draft_ms_per_token is not None:
-            model_acceptance = self.acceptance[self.model.name]
+            model_expected, _ = self.acceptance[self.model.name].prefix_curves(MODEL_K_MAX)
             # The draft first decodes the accepted text it has not seen, in one batch that also gives its first token
             # (after a drafting step, just the target's own token); each further token is a one-token step.
             catch_up = self.costs.draft_batch(max(1, self.model.pending_tokens))
             for k in range(1, min(k_cap, MODEL_K_MAX) + 1):
                 cost = catch_up + (k - 1) * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
-                tokens = 1 + model_acceptance.expected_accepted(k)
+                tokens = 1 + model_expected[k]
                 options.append((Decision(self.model.name, k, tokens), tokens / cost))
                 model_tries.append((Decision(self.model.name, k, tokens), (k + 1) / cost))
-            options += self._hybrid_options(k_cap, lookup, ngram_acceptance, model_acceptance)
+            options += self._best_hybrid(min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX), k_cap, lookup_expected, lookup_survive, model_expected)
         best, best_rate = max(options, key=lambda option: option[1])
         if self.model is not None and best.drafter in (self.model.name, HYBRID):
             self._since_explore, self._explore_every = 0, EXPLORE_FIRST
@@ -163,23 +164,23 @@ class AutoDrafter(Drafter):
             return min(hopeful, key=lambda decision: decision.k)  # the cheapest try
         return best
 
-    def _hybrid_options(self, k_cap: int, lookup: Lookup, lookup_acceptance: AcceptanceModel,
-                        model_acceptance: AcceptanceModel) -> list[tuple[Decision, float]]:
-        """The first j lookup tokens, then m from the draft model: every (j, m) that fits under the cap."""
+    def _best_hybrid(self, n_lookup: int, k_cap: int, lookup_expected: list[float], lookup_survive: list[float],
+                     model_expected: list[float]) -> list[tuple[Decision, float]]:
+        """The best of the first j ≤ n_lookup lookup tokens then m from the draft model, over every (j, m) under the cap,
+        from the acceptance curves decide() already has (none when there is no run to continue)."""
         assert self.model is not None and self.costs.draft_ms_per_token is not None
-        n_lookup = min(len(lookup.tokens), k_cap - 1, HYBRID_LOOKUP_MAX)
-        if n_lookup < 1:
-            return []
-        lookup_expected, lookup_survive = lookup_acceptance.prefix_curves(n_lookup)
-        model_expected, _ = model_acceptance.prefix_curves(MODEL_K_MAX)
-        options = []
+        best: tuple[float, int, int, float] | None = None  # rate, j, m, tokens
         for j in range(1, n_lookup + 1):
             catch_up = self.costs.draft_batch(self.model.pending_tokens + j)  # the settled text and the j tokens, one batch
             for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
                 tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
-                cost = catch_up + (m - 1) * self.costs.draft_ms_per_token + self.costs.verify(j + m + 1)
-                options.append((Decision(HYBRID, j + m, tokens, lookup_k=j), tokens / cost))
-        return options
+                rate = tokens / (catch_up + (m - 1) * self.costs.draft_ms_per_token + self.costs.verify(j + m + 1))
+                if best is None or rate > best[0]:
+                    best = (rate, j, m, tokens)
+        if best is None:
+            return []
+        rate, j, m, tokens = best
+        return [(Decision(HYBRID, j + m, tokens, lookup_k=j), rate)]
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k)

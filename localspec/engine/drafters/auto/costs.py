@@ -6,6 +6,7 @@ Measured briefly at first use (calibrate), then learned from every real step
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import time
 from collections.abc import Sequence
@@ -31,25 +32,33 @@ class CostTable:
     draft_ms_per_token: float | None = None
     fixed: bool = False  # costs measured elsewhere (a test, another machine): kept as given, not learned
     observations: dict[int, float] = field(default_factory=dict)  # passes timed per batch size, calibration included
+    _sorted: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def verify(self, n: int) -> float:
         """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes."""
         if n in self.verify_ms:
             return self.verify_ms[n]
-        sizes = sorted(self.verify_ms)
+        sizes = self._sizes()
         if not sizes:
             return float(n)
-        below = [s for s in sizes if s < n]
-        above = [s for s in sizes if s > n]
-        if below and above:
-            lo, hi = below[-1], above[0]
+        i = bisect.bisect_left(sizes, n)  # sizes[:i] are below n, sizes[i:] above (n itself is not measured)
+        if 0 < i < len(sizes):
+            lo, hi = sizes[i - 1], sizes[i]
             return self.verify_ms[lo] + (self.verify_ms[hi] - self.verify_ms[lo]) * (n - lo) / (hi - lo)
         if len(sizes) == 1:
             return self.verify_ms[sizes[0]] * n / sizes[0]
-        a, b = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
+        beyond = i == len(sizes)
+        a, b = (sizes[-2], sizes[-1]) if beyond else (sizes[0], sizes[1])
         slope = (self.verify_ms[b] - self.verify_ms[a]) / (b - a)
-        edge = b if below else a
+        edge = b if beyond else a
         return max(1e-3, self.verify_ms[edge] + slope * (n - edge))
+
+    def _sizes(self) -> list[int]:
+        """The measured sizes in order; sizes are only ever added, so the sorted list is kept until one is (auto asks
+        for dozens of unmeasured sizes every step)."""
+        if len(self._sorted) != len(self.verify_ms):
+            self._sorted = sorted(self.verify_ms)
+        return self._sorted
 
     def observe_verify(self, n: int, ms: float) -> None:
         """Learn from one verify pass. A single token is timed nearly every step, so it tracks the machine's
