@@ -198,7 +198,10 @@ def test_each_bench_measurement_is_a_session_of_its_own(tmp_path, tiny):
     runs: dict[str, list[dict]] = {}
     for m in json.loads(out.read_text())["measurements"]:
         runs.setdefault(m["mode"], []).append(m)
-    for label in ("ngram K=4", f"auto K≤{AUTO_DRAFT_MAX}"):
-        first, second = runs[label]
-        assert first["tokens"] == second["tokens"]
-        assert first["stats"]["draft_n"] == second["stats"]["draft_n"], label  # the same drafts: nothing remembered
+    # ngram drafts only what its lookup finds, so equal drafts mean the same lookups: nothing remembered. auto's drafts
+    # also follow its timed costs and what the first round taught it, so they may differ; its forgetting is checked in
+    # test_lookup_across_requests_is_lossless_and_drafts_the_answer_a_request_gave_before.
+    first, second = runs["ngram K=4"]
+    assert first["tokens"] == second["tokens"] and first["stats"]["draft_n"] == second["stats"]["draft_n"]
+    first, second = runs[f"auto K≤{AUTO_DRAFT_MAX}"]
+    assert first["tokens"] == second["tokens"]

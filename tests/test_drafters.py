@@ -91,6 +91,10 @@ def test_lookup_across_requests_is_lossless_and_drafts_the_answer_a_request_gave
             assert_lossless(plain, first, label=drafter.name)
             assert_lossless(plain, again, label=drafter.name)
             assert again.finished.stats.draft_n_accepted >= 0.8 * len(again.tokens) > first.finished.stats.draft_n_accepted
+            drafter.forget_requests()  # a new session (the bench's next measurement): the answer is gone from the memory
+            forgotten = run(decoder, prompt, config)
+            assert_lossless(plain, forgotten, label=drafter.name)
+            assert forgotten.finished.stats.draft_n_accepted < 0.8 * len(forgotten.tokens), drafter.name
 
 
 REPEATING = "the cat sat on the mat; the cat sat on the mat"
