@@ -141,6 +141,22 @@ def test_a_new_request_joins_while_others_generate(tiny, alone):
             assert_lossless(run(plain.plain, long_prompt, GenerationConfig(max_tokens=10)), second.run, label="the late request")
 
 
+def test_a_slots_first_token_comes_with_the_pass_that_reads_its_prompts_end(tiny):
+    """The first token waits for no step of its own: the pass that reads the prompt's last token judges it."""
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        prompt = prompts(engine)[0]
+        alone = run(engine.plain, prompt, GenerationConfig(max_tokens=12))
+        scheduler = engine.batch(2)
+        assert len(prompt) <= engine.target.n_batch  # read in one pass
+        collected = Collected()
+        scheduler.add(collected.request(prompt, GenerationConfig(max_tokens=12, draft_max=3), "model"))
+        scheduler.step()
+        assert [(e.token, e.step) for e in collected.events] == [(alone.tokens[0], 0)]
+        while scheduler.busy:
+            scheduler.step()
+    assert_lossless(alone, collected.run, label="first token from the prompt's pass")
+
+
 @pytest.mark.parametrize("drafter,repeating", [("model", False), ("ngram", True), ("auto", True)])
 def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, drafter, repeating):
     """The engine's chi-square test (tests/test_sampling_distribution.py), its seeded requests run four at a time.

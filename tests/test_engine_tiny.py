@@ -54,7 +54,7 @@ def test_p_min_cut_off_keeps_output_and_shortens_drafts(engines):
 
 
 def test_identical_draft_is_always_accepted_and_never_redecoded(tiny):
-    k, max_tokens = 4, 40  # a multiple of K+1: every step is a full draft
+    k, max_tokens = 4, 41  # the prompt's pass gives the first token, then K+1 per step: every step is a full draft
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         prompt = prompt_for(engine, PROMPTS[1])
         assert_clear_of_ties(run(engine.plain, prompt, GenerationConfig(max_tokens=max_tokens)))
@@ -69,9 +69,29 @@ def test_identical_draft_is_always_accepted_and_never_redecoded(tiny):
     assert stats.acceptance_by_position == [1.0] * k
     assert stats.tokens_per_step == k + 1
     sources = [e.source for e in result.events]
-    assert sources == ([TokenSource.ACCEPTED] * k + [TokenSource.BONUS]) * stats.n_steps
+    assert sources == [TokenSource.TARGET] + ([TokenSource.ACCEPTED] * k + [TokenSource.BONUS]) * stats.n_steps
     # Each settled token passes through the draft exactly once; the very last one is never needed.
     assert draft_decoded == max_tokens - 1
+
+
+def test_the_first_token_comes_with_the_prompts_pass_before_any_draft(engines):
+    """An editor shows the first character as soon as the prompt is read: no draft is made, and no pass runs, first."""
+    engine = engines["same"]
+    decoder = engine.speculative
+    passes_before = engine.target.n_decoded
+    proposed = []
+    propose = decoder.drafter.propose
+    decoder.drafter.propose = lambda *args: proposed.append(1) or propose(*args)  # counts, and drafts as ever
+    try:
+        prompt = prompt_for(engine, PROMPTS[1])
+        events = decoder.generate(prompt, GenerationConfig(max_tokens=20, draft_max=4, draft_p_min=0.0))
+        first = next(events)
+        assert first.source is TokenSource.TARGET and first.step == 0 and not proposed
+        assert engine.target.n_decoded - passes_before <= len(prompt)  # the prompt, its last token included: nothing more
+        rest = list(events)
+    finally:
+        del decoder.drafter.propose
+    assert proposed and rest[-1].stats.draft_n > 0  # speculation starts with the second token
 
 
 def test_unrelated_draft_is_almost_never_accepted(engines):
@@ -89,8 +109,9 @@ def test_statistics_add_up(engines):
     sources = [e.source for e in result.events]
     assert 0 < stats.draft_n_accepted < stats.draft_n
     assert sources.count(TokenSource.ACCEPTED) == stats.draft_n_accepted
-    # every step ends on one token of the target's own: a correction, a bonus, or (no draft) a plain one
-    assert len(sources) - sources.count(TokenSource.ACCEPTED) == stats.n_steps
+    # every step ends on one token of the target's own: a correction, a bonus, or (no draft) a plain one; the first
+    # token is the target's own too, judged on the prompt's pass
+    assert sources[0] is TokenSource.TARGET and len(sources) - sources.count(TokenSource.ACCEPTED) == stats.n_steps + 1
     assert sum(stats.draft_n_per_pos) == stats.draft_n
     assert sum(stats.n_acc_tokens_per_pos) == stats.draft_n_accepted
     assert stats.predicted_n == len(result.tokens) == 100
@@ -105,7 +126,7 @@ def test_plain_decoding_reports_target_tokens_only(engines):
     result = run(engine.plain, prompt_for(engine, PROMPTS[0]), GenerationConfig(max_tokens=30))
     stats = result.finished.stats
     assert {e.source for e in result.events} == {TokenSource.TARGET}
-    assert stats.n_steps == 30 and stats.draft_n == 0 and stats.tokens_per_step == 1.0
+    assert stats.n_steps == 29 and stats.draft_n == 0 and stats.tokens_per_step == 1.0  # the first came with the prompt
 
 
 def test_stop_string_ends_generation_before_it(engines):

@@ -64,16 +64,23 @@ class Decoder:
         target, drafter = self.target, self.drafter
 
         start = time.perf_counter_ns()
-        stats.cache_n = target.prefill(prompt[:-1])
+        stats.cache_n, first_row = read_prompt(target, prompt)
         drafter.start(prompt)
         stats.prompt_n = len(prompt)
         stats.prompt_ms = (time.perf_counter_ns() - start) / 1e6
         models = (target, *drafter.models)
         decode_ns_before = sum(model.decode_ns for model in models)
 
-        last = prompt[-1]
         gen_start = time.perf_counter_ns()
-        reason: StopReason | None = None
+        # The prompt's own pass judges the first token, as llama.cpp's server does: it costs no pass of its own and never
+        # waits for a draft (an editor shows it at once). Speculation starts from the second.
+        nothing = Draft()
+        verdict = judge(nothing, first_row, config, rng)
+        events, reason = emitted_tokens(target, nothing, verdict, top2_margins(first_row) if config.record_margins else None,
+                                        text, stats, config)
+        drafter.advance([verdict.token])
+        yield from events
+        last = verdict.token
         message = ""
         while reason is None:
             if cancel is not None and cancel.is_set():
@@ -148,6 +155,18 @@ class Decoder:
         self.drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6, stats)
         stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)
         return draft, verdict, margins
+
+
+def read_prompt(target: Model, prompt: Sequence[int]) -> tuple[int, np.ndarray]:
+    """Make the target's cache hold `prompt`, reusing its longest cached prefix; how many tokens were reused, and the
+    last token's logits (one row: what the answer's first token is judged on)."""
+    keep = target.keep_cached_prefix(prompt[:-1])  # the last token is always read again: its logits are needed
+    rows = None
+    for begin in range(keep, len(prompt), target.n_batch):
+        chunk = prompt[begin : begin + target.n_batch]
+        rows = target.decode(chunk, outputs=1 if begin + len(chunk) == len(prompt) else 0)
+    assert rows is not None  # keep < len(prompt): at least the last chunk was decoded
+    return keep, rows
 
 
 def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.ndarray | None, text: TextAssembler,

@@ -6,6 +6,8 @@ then ONE target pass holds every generating slot's [last, d1..dK] and, in the
 room a step's worth of time leaves, a chunk of each new prompt; each slot is
 verified and rolled back on its own sequence. A request that arrives joins at
 the next step, and its prompt never stalls the others for more than a step.
+The pass that reads a prompt's last token judges its first answer token, as the
+one-sequence decoder does: it waits for no draft.
 
 Each slot may use 1/N of the context (n_ctx over the slots), so no slot can take
 the cells another needs; a finished slot keeps its cells as a prompt cache, and
@@ -116,7 +118,7 @@ class BatchScheduler:
         slot.last_used = self._arrivals
         slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
                                      rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals, lookup)
-        slot.last = prompt[-1]
+        slot.last = -1  # until the prompt's pass judges the first token
         return slot
 
     # --- one step -----------------------------------------------------------------------
@@ -157,7 +159,7 @@ class BatchScheduler:
         for slot in reading:
             if budget <= 0:
                 break
-            remaining = slot.generation.prompt[len(slot.cached) : len(slot.generation.prompt) - 1]
+            remaining = slot.generation.prompt[len(slot.cached) :]
             chunk = remaining[:budget]
             chunks.append((slot, chunk))
             budget -= len(chunk)
@@ -170,7 +172,8 @@ class BatchScheduler:
             entries += [(token, pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
         n_verify = len(entries)  # a draft may stop short of its K (p_min)
         for slot, chunk in chunks:
-            entries += [(token, len(slot.cached) + i, slot.seq, False) for i, token in enumerate(chunk)]
+            ends = len(slot.cached) + len(chunk) == len(slot.generation.prompt)  # the prompt's last token: its row judges the first
+            entries += [(token, len(slot.cached) + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
         rows = self.target.decode_sequences(entries)
         target_end = time.perf_counter_ns()
         if steps and not chunks:
@@ -192,6 +195,9 @@ class BatchScheduler:
             if not slot.prefilling:
                 slot.generation.stats.prompt_ms = (now - slot.generation.started_ns) / 1e6
                 slot.generation.generating_since_ns = now
+                assert rows is not None
+                self._first_token(slot, rows[offset : offset + 1])
+                offset += 1
         spent = self._decode_ns() - ns_before
         if steps:
             self.planner.observe_overhead((time.perf_counter_ns() - step_start - spent) / 1e6)
@@ -199,17 +205,27 @@ class BatchScheduler:
             if slot.generation is not None:
                 slot.generation.llama_ns += spent
 
-    def _may_generate(self, slot: Slot) -> bool:
-        """A slot whose prompt is read: unless its answer is already over (n_predict 0, a full share), it generates."""
+    def _first_token(self, slot: Slot, row: object) -> None:
+        """Judge and emit the answer's first token on the row of the prompt's last token (n_predict 0: none)."""
         generation = slot.generation
         assert generation is not None
-        if not generation.generating_since_ns:  # a prompt of one token, or one found whole in the cache
-            now = time.perf_counter_ns()
-            generation.stats.prompt_ms = (now - generation.started_ns) / 1e6
-            generation.generating_since_ns = now
-        if generation.request.config.max_tokens <= 0:  # the cache warmed; nothing to generate
+        config = generation.request.config
+        if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
-            return False
+            return
+        nothing = Draft()
+        verdict = judge(nothing, row, config, generation.rng)
+        margins = top2_margins(row) if config.record_margins else None
+        slot.last = verdict.token
+        slot.lookup.advance([verdict.token])
+        events, reason = emitted_tokens(self.target, nothing, verdict, margins, generation.text, generation.stats, config)
+        for event in events:
+            generation.request.emit(event)
+        if reason is not None:
+            self._finish(slot, reason)
+
+    def _may_generate(self, slot: Slot) -> bool:
+        """A slot whose prompt is read and first token judged: unless its share of the context is full, it generates."""
         if self.share - len(slot.cached) - 1 < 0:
             self._finish(slot, StopReason.CONTEXT_FULL, f"The slot's context is full ({self.share} tokens). Start a new "
                                                         "conversation, or give each slot a larger context.")

@@ -68,8 +68,8 @@ class Slot:
 
     @property
     def prefilling(self) -> bool:
-        """Still reading its prompt (all of it but the last token goes into the cache before the first step)."""
-        return self.generation is not None and len(self.cached) < len(self.generation.prompt) - 1
+        """Still reading its prompt (the pass that reads its last token judges the answer's first)."""
+        return self.generation is not None and len(self.cached) < len(self.generation.prompt)
 
     def shared_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of `tokens` this slot's target cache already holds."""
