@@ -76,7 +76,7 @@ def test_a_programming_error_is_not_passed_off_as_a_user_error(monkeypatch, caps
     import localspec.cli.doctor
     from localspec.cli.main import main
 
-    def broken() -> int:
+    def broken(_args) -> int:
         raise ValueError("a bug")
 
     monkeypatch.setattr(localspec.cli.doctor, "run_doctor", broken)

@@ -7,6 +7,7 @@ each would load with. It only reads: it changes no file and loads no model.
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 from importlib import metadata
@@ -18,6 +19,7 @@ from localspec.cli.clean import describe_caches
 from localspec.engine import defaults
 from localspec.errors import LocalspecError
 from localspec.hub.config import HubConfig
+from localspec.machine import rpc, rpc_build
 from localspec.machine.device import MachineInfo, device_memory, machine_info
 from localspec.machine.gpu_build import nvidia_gpus, unused_gpu_advice
 from localspec.machine.memory_plan import DeviceMemory, plan_pair
@@ -88,7 +90,31 @@ def _print_pairs(hub: HubConfig, memory: DeviceMemory) -> None:
         print(f"  {pair.id:<30}{status:<13}{plan}".rstrip())
 
 
-def run_doctor() -> int:
+def _print_rpc(endpoints: list[str]) -> bool:
+    """Whether RPC can be used here, and each server asked for: reachable, its protocol, devices and free memory."""
+    print("Remote devices (llama.cpp's RPC backend)")
+    module = rpc_build.module_path()
+    if module.is_file():
+        _row("RPC backend", f"built ({module}); its server: {rpc_build.server_path()}")
+    else:
+        _row("RPC backend", "not built: `localspec rpc-build` builds it once (about a minute), for --rpc")
+    healthy = True
+    for endpoint in endpoints:
+        try:
+            server = rpc.probe(endpoint)
+        except rpc.RpcError as exc:
+            _row(endpoint, str(exc))
+            healthy = False
+            continue
+        version = ".".join(map(str, server.version))
+        devices = "; ".join(f"device {d.index}: {_memory(d.free_bytes, d.total_bytes, 'free')}" for d in server.devices)
+        trust = "" if rpc.is_trusted_network(endpoint) else " (not a private address: anyone who can reach it can use it)"
+        _row(endpoint, f"protocol {version}, {devices or 'no devices'}{trust}")
+    return healthy
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    endpoints = rpc.parse_endpoints(args.rpc) if args.rpc else []
     info = machine_info()
     hub = HubConfig.from_env()
     print("localspec doctor\n")
@@ -96,10 +122,12 @@ def run_doctor() -> int:
     print()
     _print_hardware(info)
     print()
+    healthy = _print_rpc(endpoints)
+    print()
     _print_paths(hub)
     print()
     _print_pairs(hub, device_memory(info))
     advice = unused_gpu_advice(info.gpu_offload, info.llama_system_info, f"{sys.executable} -m pip")
     if advice:
         print(f"\n{advice}")
-    return 0
+    return 0 if healthy else 1

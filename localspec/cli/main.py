@@ -31,6 +31,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     group.add_argument("--target-gpu-layers", type=int, help="target layers on the GPU (default: the memory planner's choice; -1 = all)")
     group.add_argument("--draft-gpu-layers", type=int, help="draft layers on the GPU (default: the memory planner's choice; -1 = all)")
+    group.add_argument("--rpc", metavar="HOST:PORT[,...]",
+                       help="ggml-rpc-server(s) whose devices take the target's layers (the draft stays here); trusted networks only")
 
 
 def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     make_draft.add_argument("--layers", type=int, required=True, help="how many of the target's blocks the draft keeps")
 
     _add_model_commands(commands)
-    commands.add_parser("doctor", help="what localspec sees: versions, backend, GPUs and memory, paths, downloaded pairs")
+    doctor = commands.add_parser("doctor", help="what localspec sees: versions, backend, GPUs and memory, paths, downloaded pairs")
+    doctor.add_argument("--rpc", metavar="HOST:PORT[,...]", help="also check these ggml-rpc-servers: reachable, protocol, devices, free memory")
+    rpc_build = commands.add_parser("rpc-build", help="build llama.cpp's RPC backend and ggml-rpc-server once, for --rpc")
+    rpc_build.add_argument("--sdist", type=Path, help="llama-cpp-python's source .tar.gz, if pip cannot fetch it")
     clean = commands.add_parser("clean", help="delete the self-drafts and measured costs localspec cached (never a download or a chat)")
     clean.add_argument("--yes", "-y", action="store_true", help="delete without asking")
     return parser
@@ -197,7 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from localspec.cli.doctor import run_doctor
 
-            return run_doctor()
+            return run_doctor(args)
+        if args.command == "rpc-build":
+            from localspec.cli.rpc_build import run_rpc_build
+
+            return run_rpc_build(args)
         if args.command == "clean":
             from localspec.cli.clean import run_clean
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from localspec import paths
 from localspec.catalog.models_toml import CatalogError, load_catalog
@@ -13,7 +14,8 @@ from localspec.catalog.pair_files import local_pair_paths
 from localspec.engine import defaults
 from localspec.engine.engine import EngineConfig
 from localspec.hub.config import HubConfig
-from localspec.machine.device import device_memory
+from localspec.machine import rpc
+from localspec.machine.device import device_memory, machine_info
 from localspec.machine.memory_plan import MemoryPlan, plan_pair
 
 
@@ -40,10 +42,26 @@ def _runs_self_draft(args: argparse.Namespace) -> bool:
     return getattr(args, "drafter", None) == "self"
 
 
+def attach_rpc_servers(args: argparse.Namespace) -> bool:
+    """--rpc's servers join ggml's devices before anything is planned or loaded; whether any was given."""
+    if not getattr(args, "rpc", None):
+        return False
+    for server in rpc.attach(rpc.parse_endpoints(args.rpc)):
+        if not rpc.is_trusted_network(server.endpoint):
+            print(f"localspec: warning: {server.endpoint} is not on a private network, and ggml-rpc-server has no "
+                  "authentication: anyone who reaches it can use it. Prefer a trusted network or an SSH tunnel.", file=sys.stderr)
+    return True
+
+
 def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:
-    """Where each model's layers go, from the headers and the memory free now; refuses a pair that cannot fit."""
+    """Where each model's layers go, from the headers and the memory free now; refuses a pair that cannot fit.
+    With --rpc the remote devices count as GPU memory for the target; the draft stays on this machine (it is
+    latency-bound: a round trip per draft token would cost more than it saves), on the CPU unless a local GPU has room."""
     draft = args.draft if with_draft else None
-    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, args.draft_gpu_layers,
+    draft_gpu_layers = args.draft_gpu_layers
+    if attach_rpc_servers(args) and draft_gpu_layers is None and not any(not d.name.startswith("RPC") for d in machine_info().gpus):
+        draft_gpu_layers = 0
+    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, draft_gpu_layers,
                      with_self_draft=_runs_self_draft(args), self_draft_layers=getattr(args, "self_layers", None))
 
 

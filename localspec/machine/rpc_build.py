@@ -1,0 +1,118 @@
+"""The RPC backend module and `ggml-rpc-server`, built once from the llama.cpp that llama-cpp-python vendors.
+
+Why a module rather than rebuilding llama-cpp-python with -DGGML_RPC=on: the README's install stays as it is (pip
+caches the wheel it built, and a cached wheel ignores new CMAKE_ARGS, so a flag there is easily lost), and only a
+user who wants remote devices pays: one minute for the module, a few more for the server. The module is built as a
+dynamic backend (GGML_BACKEND_DL) from the very sources of the installed version, so the libggml already loaded takes
+it (ggml_backend_load) and its protocol matches a server built from the same tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+from localspec import paths
+from localspec.errors import LocalspecError
+
+
+class RpcBuildError(LocalspecError):
+    """The RPC backend could not be built here: what is missing, and what to do."""
+
+
+def llama_cpp_version() -> str:
+    return metadata.version("llama_cpp_python")
+
+
+def build_dir() -> Path:
+    return paths.cache_dir() / "rpc" / f"llama-cpp-python-{llama_cpp_version()}"
+
+
+def module_path() -> Path:
+    return build_dir() / "libggml-rpc.so"
+
+
+def server_path() -> Path:
+    return build_dir() / "ggml-rpc-server"
+
+
+def protocol_version() -> tuple[int, int, int] | None:
+    """The RPC protocol of the built backend (ggml-rpc.h's RPC_PROTO_*_VERSION); None before a build."""
+    try:
+        major, minor, patch = json.loads((build_dir() / "protocol.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return int(major), int(minor), int(patch)
+
+
+def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
+    """Build the module and the server into build_dir() (from `sdist`, or the installed version's, fetched with pip)."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise RpcBuildError("cmake is not installed: install it (`pip install cmake`, or your system's package) and run "
+                            "`localspec rpc-build` again. A C++ compiler is needed too, as for llama-cpp-python itself.")
+    version = llama_cpp_version()
+    with tempfile.TemporaryDirectory(prefix="localspec-rpc-") as scratch:
+        work = Path(scratch)
+        if sdist is None:
+            report(f"fetching the llama-cpp-python {version} sources with pip")
+            sdist = _download_sdist(version, work)
+        report(f"unpacking {sdist.name}")
+        with tarfile.open(sdist) as archive:
+            archive.extractall(work / "src", filter="data")
+        tree = work / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+        if not (tree / "ggml" / "include" / "ggml-rpc.h").is_file():
+            raise RpcBuildError(f"{sdist} holds no vendored llama.cpp with an RPC backend; is it llama-cpp-python {version}'s?")
+        common = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                  "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+        report("building the RPC backend module (about a minute)")
+        _cmake(cmake, tree, work / "module", [*common, "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU=OFF",
+                                             "-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_TOOLS=OFF"], "ggml-rpc")
+        report("building ggml-rpc-server (a few minutes: it carries a CPU backend to serve with)")
+        _cmake(cmake, tree, work / "server", [*common, "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TOOLS=ON"], "ggml-rpc-server")
+        out = build_dir()
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work / "module" / "bin" / "libggml-rpc.so", module_path())
+        shutil.copy2(work / "server" / "bin" / "ggml-rpc-server", server_path())
+        (out / "protocol.json").write_text(json.dumps(_protocol_in(tree / "ggml" / "include" / "ggml-rpc.h")))
+    return out
+
+
+def _download_sdist(version: str, into: Path) -> Path:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(into),
+               f"llama-cpp-python=={version}"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    found = sorted(into.glob("llama_cpp_python-*.tar.gz"))
+    if result.returncode != 0 or not found:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RpcBuildError(f"pip could not fetch the llama-cpp-python {version} sources ({last}). Check the network, "
+                            "or give the downloaded .tar.gz: `localspec rpc-build --sdist FILE`.")
+    return found[0]
+
+
+def _cmake(cmake: str, tree: Path, build: Path, options: list[str], target: str) -> None:
+    for step in ([cmake, "-S", str(tree), "-B", str(build), *options],
+                 [cmake, "--build", str(build), "--target", target, "-j", str(_jobs())]):
+        result = subprocess.run(step, capture_output=True, text=True)
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+            raise RpcBuildError(f"Building {target} failed:\n{tail}\nA C++ compiler and cmake are needed, as for llama-cpp-python.")
+
+
+def _jobs() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def _protocol_in(header: Path) -> list[int]:
+    text = header.read_text()
+    return [int(re.search(rf"#define RPC_PROTO_{part}_VERSION\s+(\d+)", text).group(1))  # type: ignore[union-attr]
+            for part in ("MAJOR", "MINOR", "PATCH")]
