@@ -111,6 +111,13 @@ def test_an_unreachable_or_malformed_address_is_a_clear_error(tiny, rpc_built):
     assert malformed.returncode == 2 and "'myhost' is not an RPC server address: give HOST:PORT" in malformed.stderr
 
 
+def test_rpc_build_refuses_a_file_that_is_not_the_sources(tmp_path):
+    fake = tmp_path / "llama_cpp_python.tar.gz"
+    fake.write_text("not an archive")
+    result = cli("rpc-build", "--sdist", str(fake))
+    assert result.returncode == 1 and "cannot be unpacked" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_only_loopback_and_private_addresses_count_as_trusted():
     assert rpc.is_trusted_network("127.0.0.1:50052") and rpc.is_trusted_network("192.168.1.20:50052")
     assert rpc.is_trusted_network("localhost:50052")

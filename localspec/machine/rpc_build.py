@@ -67,8 +67,12 @@ def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
             report(f"fetching the llama-cpp-python {version} sources with pip")
             sdist = _download_sdist(version, work)
         report(f"unpacking {sdist.name}")
-        with tarfile.open(sdist) as archive:
-            archive.extractall(work / "src", filter="data")
+        try:
+            with tarfile.open(sdist) as archive:
+                archive.extractall(work / "src", filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise RpcBuildError(f"{sdist} cannot be unpacked ({exc}): give llama-cpp-python {version}'s source .tar.gz, "
+                                "or leave out --sdist to let pip fetch it.") from exc
         tree = work / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
         if not (tree / "ggml" / "include" / "ggml-rpc.h").is_file():
             raise RpcBuildError(f"{sdist} holds no vendored llama.cpp with an RPC backend; is it llama-cpp-python {version}'s?")
