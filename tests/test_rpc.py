@@ -85,6 +85,7 @@ def test_tiny_target_on_one_and_two_servers_writes_what_it_writes_here(tiny, ser
         assert remote["tokens"] == local["tokens"], endpoints
         target, draft = remote["device"]["offloaded"]
         assert target["on_gpu"] > 0 and draft["on_gpu"] == 0  # the target's layers went to the servers; the draft stayed
+        assert remote["device"]["backend"] == "RPC" and [g["description"] for g in remote["device"]["gpus"]] == endpoints.split(",")
     if drafter == "model":
         assert remote["stats"]["draft_n_accepted"] > 0
 

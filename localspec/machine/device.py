@@ -43,6 +43,8 @@ def backend_name() -> str:
     """CPU, CUDA, Metal, Vulkan...: the first GPU backend llama.cpp was built with, else CPU."""
     if not gpu_offload_supported():
         return "CPU"
+    if all(device.name.startswith("RPC") for device in backend_devices() if device.is_gpu):
+        return "RPC"  # a CPU build whose only GPU-type devices are ggml-rpc-servers (--rpc)
     info = llama_system_info().upper()
     for marker, name in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"), ("SYCL", "SYCL")):
         if marker in info:
