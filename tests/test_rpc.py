@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -110,6 +111,26 @@ def test_an_unreachable_or_malformed_address_is_a_clear_error(tiny, rpc_built):
     assert doctor.returncode == 1 and "Cannot reach" in doctor.stdout
     malformed = cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--rpc", "myhost")
     assert malformed.returncode == 2 and "'myhost' is not an RPC server address: give HOST:PORT" in malformed.stderr
+
+
+def test_a_port_that_is_not_an_rpc_server_is_named_as_such():
+    """Something else listens there (a web server, say): it answers, but not in the protocol."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_like_a_web_server() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(64)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        thread = threading.Thread(target=answer_like_a_web_server)
+        thread.start()
+        with pytest.raises(rpc.RpcError, match="answered, but not as a ggml-rpc-server"):
+            rpc.probe(endpoint)
+        thread.join()
 
 
 def test_rpc_build_refuses_a_file_that_is_not_the_sources(tmp_path):

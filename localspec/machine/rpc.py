@@ -84,7 +84,10 @@ def probe(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> RpcServer:
             for index in range(count):
                 free, total = struct.unpack("<QQ", _request(connection, _CMD_GET_DEVICE_MEMORY, struct.pack("<I", index), 16))
                 devices.append(RemoteDevice(index, free, total))
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:  # something answered, but not in the protocol
+        raise RpcError(f"{endpoint} answered, but not as a ggml-rpc-server of this llama.cpp ({exc}). Check the port, and "
+                       "that the server there is ggml-rpc-server from the same llama-cpp-python version.") from exc
+    except OSError as exc:
         raise RpcError(f"Cannot reach the RPC server at {endpoint} ({exc}). Check that ggml-rpc-server runs there "
                        "(`ggml-rpc-server -H 0.0.0.0 -p PORT` on that machine) and that the port is open.") from exc
     return RpcServer(endpoint, (major, minor, patch), tuple(devices))
@@ -95,7 +98,7 @@ def _request(connection: socket.socket, command: int, payload: bytes, reply_size
     connection.sendall(struct.pack("<BQ", command, len(payload)) + payload)
     (size,) = struct.unpack("<Q", _receive(connection, 8))
     if size != reply_size:
-        raise ValueError(f"the server answered {size} bytes where {reply_size} were expected: not a ggml-rpc-server of this version")
+        raise ValueError(f"{size} bytes where {reply_size} were expected")
     return _receive(connection, size)
 
 
