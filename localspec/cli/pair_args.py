@@ -59,9 +59,11 @@ def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> 
     latency-bound: a round trip per draft token would cost more than it saves), on the CPU unless a local GPU has room."""
     draft = args.draft if with_draft else None
     draft_gpu_layers = args.draft_gpu_layers
-    if attach_rpc_servers(args) and draft_gpu_layers is None and not any(not d.name.startswith("RPC") for d in machine_info().gpus):
+    remote = attach_rpc_servers(args)
+    info = machine_info()  # read once: each RPC server is asked for its memory over the network
+    if remote and draft_gpu_layers is None and all(d.is_remote for d in info.gpus):
         draft_gpu_layers = 0
-    return plan_pair(args.target, draft, args.ctx_size, device_memory(), args.target_gpu_layers, draft_gpu_layers,
+    return plan_pair(args.target, draft, args.ctx_size, device_memory(info), args.target_gpu_layers, draft_gpu_layers,
                      with_self_draft=_runs_self_draft(args), self_draft_layers=getattr(args, "self_layers", None))
 
 

@@ -64,7 +64,7 @@ class Decoder:
         target, drafter = self.target, self.drafter
 
         start = time.perf_counter_ns()
-        stats.cache_n, first_row = read_prompt(target, prompt)
+        stats.cache_n, first_row = target.read_prompt(prompt)
         drafter.start(prompt)
         stats.prompt_n = len(prompt)
         stats.prompt_ms = (time.perf_counter_ns() - start) / 1e6
@@ -74,13 +74,9 @@ class Decoder:
         gen_start = time.perf_counter_ns()
         # The prompt's own pass judges the first token, as llama.cpp's server does: it costs no pass of its own and never
         # waits for a draft (an editor shows it at once). Speculation starts from the second.
-        nothing = Draft()
-        verdict = judge(nothing, first_row, config, rng)
-        events, reason = emitted_tokens(target, nothing, verdict, top2_margins(first_row) if config.record_margins else None,
-                                        text, stats, config)
-        drafter.advance([verdict.token])
+        last, events, reason = first_token(target, first_row, config, rng, text, stats)
+        drafter.advance([last])
         yield from events
-        last = verdict.token
         message = ""
         while reason is None:
             if cancel is not None and cancel.is_set():
@@ -157,16 +153,15 @@ class Decoder:
         return draft, verdict, margins
 
 
-def read_prompt(target: Model, prompt: Sequence[int]) -> tuple[int, np.ndarray]:
-    """Make the target's cache hold `prompt`, reusing its longest cached prefix; how many tokens were reused, and the
-    last token's logits (one row: what the answer's first token is judged on)."""
-    keep = target.keep_cached_prefix(prompt[:-1])  # the last token is always read again: its logits are needed
-    rows = None
-    for begin in range(keep, len(prompt), target.n_batch):
-        chunk = prompt[begin : begin + target.n_batch]
-        rows = target.decode(chunk, outputs=1 if begin + len(chunk) == len(prompt) else 0)
-    assert rows is not None  # keep < len(prompt): at least the last chunk was decoded
-    return keep, rows
+def first_token(target: Model, row: np.ndarray, config: GenerationConfig, rng: np.random.Generator, text: TextAssembler,
+                stats: GenerationStats) -> tuple[int, list[TokenEvent], StopReason | None]:
+    """The answer's first token, judged on the prompt's last row with no draft: the token, its events, and whether the
+    answer ends there. The one-sequence loop and the batch scheduler share it."""
+    nothing = Draft()
+    verdict = judge(nothing, row, config, rng)
+    margins = top2_margins(row) if config.record_margins else None
+    events, reason = emitted_tokens(target, nothing, verdict, margins, text, stats, config)
+    return verdict.token, events, reason
 
 
 def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.ndarray | None, text: TextAssembler,

@@ -406,6 +406,21 @@ class Model:
     def prefill(self, tokens: Sequence[int]) -> int:
         """Make the cache hold exactly `tokens`, reusing the longest prefix already cached; how many were reused."""
         keep = self.keep_cached_prefix(tokens)
-        for start in range(keep, len(tokens), self.n_batch):
-            self.decode(tokens[start : start + self.n_batch], outputs=0)
+        self._read(tokens, keep, last_logits=False)
         return keep
+
+    def read_prompt(self, prompt: Sequence[int]) -> tuple[int, np.ndarray]:
+        """prefill, but the last token is always read again, for its logits (one row: what the first answer token is
+        judged on); how many tokens were reused, and that row."""
+        keep = self.keep_cached_prefix(prompt[:-1])
+        rows = self._read(prompt, keep, last_logits=True)
+        assert rows is not None  # keep < len(prompt): the last chunk was decoded
+        return keep, rows
+
+    def _read(self, tokens: Sequence[int], start: int, last_logits: bool) -> np.ndarray | None:
+        """Decode tokens[start:] in batches of n_batch; the last token's logits when asked."""
+        rows = None
+        for begin in range(start, len(tokens), self.n_batch):
+            chunk = tokens[begin : begin + self.n_batch]
+            rows = self.decode(chunk, outputs=int(last_logits and begin + len(chunk) == len(tokens)))
+        return rows

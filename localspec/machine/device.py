@@ -39,11 +39,12 @@ def llama_system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip().rstrip("|").strip()
 
 
-def backend_name() -> str:
-    """CPU, CUDA, Metal, Vulkan...: the first GPU backend llama.cpp was built with, else CPU."""
+def backend_name(devices: list[BackendDevice] | None = None) -> str:
+    """CPU, CUDA, Metal, Vulkan...: the first GPU backend llama.cpp was built with, else CPU (`devices`: those already
+    read, so that an RPC server's memory is not asked for again)."""
     if not gpu_offload_supported():
         return "CPU"
-    if all(device.name.startswith("RPC") for device in backend_devices() if device.is_gpu):
+    if all(device.is_remote for device in devices or backend_devices() if device.is_gpu):
         return "RPC"  # a CPU build whose only GPU-type devices are ggml-rpc-servers (--rpc)
     info = llama_system_info().upper()
     for marker, name in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"), ("SYCL", "SYCL")):
@@ -126,7 +127,7 @@ class MachineInfo:
 def machine_info() -> MachineInfo:
     devices = backend_devices()
     available, total = ram_bytes(devices)
-    return MachineInfo(backend_name(), gpu_offload_supported(), devices, physical_core_count(), os.cpu_count() or 1,
+    return MachineInfo(backend_name(devices), gpu_offload_supported(), devices, physical_core_count(), os.cpu_count() or 1,
                        available, total, llama_system_info())
 
 

@@ -32,6 +32,11 @@ class BackendDevice:
     def is_gpu(self) -> bool:
         return self.kind in ("GPU", "iGPU")
 
+    @property
+    def is_remote(self) -> bool:
+        """A ggml-rpc-server's device (--rpc): GPU-type to ggml, but on another machine."""
+        return self.name.startswith("RPC")
+
 
 @functools.cache
 def ggml_library() -> ctypes.CDLL:

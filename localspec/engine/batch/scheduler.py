@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
-from localspec.engine.decode import emitted_tokens, judge, top2_margins
+from localspec.engine.decode import emitted_tokens, first_token, judge, top2_margins
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.ngram import Lookup
@@ -213,12 +213,8 @@ class BatchScheduler:
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
             return
-        nothing = Draft()
-        verdict = judge(nothing, row, config, generation.rng)
-        margins = top2_margins(row) if config.record_margins else None
-        slot.last = verdict.token
-        slot.lookup.advance([verdict.token])
-        events, reason = emitted_tokens(self.target, nothing, verdict, margins, generation.text, generation.stats, config)
+        slot.last, events, reason = first_token(self.target, row, config, generation.rng, generation.text, generation.stats)
+        slot.lookup.advance([slot.last])
         for event in events:
             generation.request.emit(event)
         if reason is not None:
