@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import subprocess
+import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,13 +21,14 @@ import pytest
 
 from localspec.machine import rpc, rpc_build
 from tests.conftest import cli
+from tests.live_server import live_server
 from tests.test_serve_real import RENAME
 
 
 @pytest.fixture(scope="session")
 def rpc_built() -> None:
     """The module and the server, built at most once per llama-cpp-python version on this machine."""
-    if not (rpc_build.module_path().is_file() and rpc_build.server_path().is_file() and rpc_build.protocol_version()):
+    if not rpc_build.is_built():
         rpc_build.build(lambda _stage: None)
 
 
@@ -37,6 +41,13 @@ def free_port() -> int:
 @contextmanager
 def rpc_server() -> Iterator[str]:
     """A ggml-rpc-server on loopback; its HOST:PORT once it accepts connections."""
+    with rpc_server_process() as (endpoint, _process):
+        yield endpoint
+
+
+@contextmanager
+def rpc_server_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The same, with the process, for a test that kills it."""
     port = free_port()
     process = subprocess.Popen([str(rpc_build.server_path()), "-H", "127.0.0.1", "-p", str(port), "-t", "2"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -49,7 +60,7 @@ def rpc_server() -> Iterator[str]:
                 if process.poll() is not None:
                     raise RuntimeError("ggml-rpc-server exited at start") from None
                 subprocess.run(["sleep", "0.1"])
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", process
     finally:
         process.kill()
         process.wait()
@@ -145,3 +156,71 @@ def test_only_loopback_and_private_addresses_count_as_trusted():
     assert rpc.is_trusted_network("localhost:50052")
     assert not rpc.is_trusted_network("8.8.8.8:50052")
     assert rpc.parse_endpoints(" 10.0.0.2:50052,localhost:7 ") == ["10.0.0.2:50052", "localhost:7"]
+
+
+# A long answer from the tiny target at T=0 (875 tokens before its end of text), so that a server killed after its
+# first words is killed mid-answer.
+LONG = ["--drafter", "none", "--prompt", "tell me a story", "--max-tokens", "2000", "--ctx-size", "4096"]
+
+
+def test_a_server_lost_mid_answer_ends_it_with_a_clear_error_and_keeps_the_text(tiny, rpc_built):
+    local = generate("--target", str(tiny["target"]), *LONG)
+    assert len(local["tokens"]) > 500
+    with rpc_server_process() as (endpoint, server):
+        command = [sys.executable, "-m", "localspec", "generate", "--temperature", "0", "--target", str(tiny["target"]),
+                   *LONG, "--rpc", endpoint]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        written = process.stdout.read(40)  # the answer has begun
+        server.kill()
+        written += process.stdout.read()
+        errors = process.stderr.read()
+        assert process.wait(timeout=60) == 1, errors
+    assert f"The RPC server at {endpoint} stopped answering" in errors and "load the pair again" in errors
+    assert "Traceback" not in errors and "GGML_ABORT" not in errors
+    partial = written.removesuffix("\n")
+    assert len(written) >= 40 and local["text"].startswith(partial) and len(partial) < len(local["text"])
+
+
+def test_a_server_lost_mid_stream_ends_that_answer_and_the_server_goes_on(tiny, rpc_built, tmp_path):
+    """Through `localspec serve`: the stream's last event is the error, /health still answers, later requests are refused
+    with the same message (the pair is on a lost server), and the process lives."""
+    with rpc_server_process() as (endpoint, rpc_process), live_server(tmp_path, "--target", str(tiny["target"]),
+                                                                      "--drafter", "none", "--rpc", endpoint) as server:
+        body = {"messages": [{"role": "user", "content": "tell me a story"}], "max_tokens": 2000, "temperature": 0, "stream": True}
+        request = urllib.request.Request(server.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        events = []
+        with urllib.request.urlopen(request, timeout=120) as stream:
+            for line in stream:
+                if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 3:
+                        rpc_process.kill()
+        texts = [event["choices"][0]["delta"].get("content") or "" for event in events if event.get("choices")]
+        assert "".join(texts) and "stopped answering" in events[-1]["error"]["message"]
+        assert server.request("GET", "/health")[0] == 200
+        status, refused = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        assert status == 500 and f"The RPC server at {endpoint} stopped answering" in refused["error"]["message"]
+        assert server.process.poll() is None
+
+
+def test_a_server_of_another_protocol_version_is_named_with_both_versions(rpc_built):
+    """A server from another llama.cpp answers HELLO with its own version; the probe says which, before ggml sees it."""
+    expected = rpc_build.protocol_version()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_hello_as_another_version() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(1 + 8 + 24)
+                reply = struct.pack("<BBB", expected[0] + 1, 0, 0) + bytes(1 + 24)
+                connection.sendall(struct.pack("<Q", len(reply)) + reply)
+
+        thread = threading.Thread(target=answer_hello_as_another_version)
+        thread.start()
+        with pytest.raises(rpc.RpcError, match=rf"speaks protocol {expected[0] + 1}\.0\.0; this llama.cpp speaks {expected[0]}\.{expected[1]}"):
+            rpc.probe(endpoint)
+        thread.join()

@@ -94,8 +94,11 @@ def _print_rpc(endpoints: list[str]) -> bool:
     """Whether RPC can be used here, and each server asked for: reachable, its protocol, devices and free memory."""
     print("Remote devices (llama.cpp's RPC backend)")
     module = rpc_build.module_path()
-    if module.is_file():
+    if rpc_build.is_built():
         _row("RPC backend", f"built ({module}); its server: {rpc_build.server_path()}")
+    elif module.is_file():
+        _row("RPC backend", "built by an older localspec: run `localspec rpc-build` again (a server lost mid-answer would "
+                            "end this process)")
     else:
         _row("RPC backend", "not built: `localspec rpc-build` builds it once (about a minute), for --rpc")
     healthy = True

@@ -11,6 +11,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
+from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
@@ -52,6 +53,13 @@ def run_generate(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # Ctrl-C: keep what was printed, say it stopped
             print("\n[stopped]", file=sys.stderr)
             return 130
+        except EngineError as exc:  # mid-answer (an RPC server lost): what was written stays, then why it ends
+            if args.json:
+                print(json.dumps({"text": "".join(pieces), "tokens": tokens, "error": str(exc), "device": device}, ensure_ascii=False))
+            else:
+                sys.stdout.write("\n")
+                print(f"localspec: {exc}", file=sys.stderr)
+            return 1
     assert finished is not None
     stats = finished.stats
     if args.json:

@@ -29,6 +29,10 @@ class PromptTooLongError(EngineError):
     """The prompt leaves no room in the context for an answer."""
 
 
+class DeviceLostError(EngineError):
+    """A device holding part of a model stopped answering mid-decode (an RPC server that quit): the answer ends."""
+
+
 class LoadCancelled(EngineError):
     """The user stopped loading a pair; whatever was loaded has been released."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.engine import defaults, hardware, llama_log
+from localspec.engine import defaults, device_faults, hardware, llama_log
 from localspec.engine.errors import EngineError, ModelLoadError
 
 GGUF_MAGIC = b"GGUF"
@@ -377,12 +377,15 @@ class Model:
         rc = llama_cpp.llama_decode(self._ctx, batch)
         self.decode_ns += time.perf_counter_ns() - start
         if rc != 0:
+            device_faults.raise_if_lost()  # a lost device explains a failed decode best
             raise EngineError(self._decode_failure_message(rc, n))
         self.n_decoded += n
         outputs = sum(1 for wants in wants_logits if wants)
         if outputs == 0:
+            device_faults.raise_if_lost()
             return None
-        pointer = llama_cpp.llama_get_logits(self._ctx)
+        pointer = llama_cpp.llama_get_logits(self._ctx)  # waits for the decode: a device can be lost until here
+        device_faults.raise_if_lost()
         return np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab))
 
     def _decode_failure_message(self, rc: int, n: int) -> str:

@@ -6,7 +6,8 @@ plain socket and in the server's own protocol, for its version, its devices and 
 that answers is handed to ggml. The same answers are what `localspec doctor --rpc` prints.
 
 Once added, a server's devices are ordinary ggml devices (type GPU): the memory planner counts their free memory
-like a local GPU's, and llama.cpp spreads the offloaded layers over them.
+like a local GPU's, and llama.cpp spreads the offloaded layers over them. A server lost later, mid-answer, is seen by
+the check this module hands the engine (device_faults): the backend localspec builds counts its lost connections.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from localspec.engine import device_faults
 from localspec.errors import LocalspecError, UsageError
-from localspec.machine import rpc_build
+from localspec.machine import rpc_build, rpc_client_patch
 from localspec.machine.ggml_devices import ggml_library
 
 # ggml-rpc.cpp's commands (enum rpc_cmd) and the HELLO request's capability bytes (RPC_CONN_CAPS_SIZE)
@@ -118,32 +120,60 @@ _attached: set[str] = set()
 def attach(endpoints: list[str]) -> list[RpcServer]:
     """Probe each server, then add its devices to ggml's list, where llama.cpp's next load finds them (once each)."""
     servers = [probe(endpoint) for endpoint in endpoints]
-    add_server = _add_server_function()
+    registry = _rpc_registry()
     lib = ggml_library()
+    address = lib.ggml_backend_reg_get_proc_address(registry, b"ggml_backend_rpc_add_server")
+    if not address:
+        raise RpcError("The RPC backend here has no ggml_backend_rpc_add_server: run `localspec rpc-build` again.")
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+    device_faults.add_check(_lost_check(registry))
     for server in servers:
         if server.endpoint in _attached:
             continue
-        registry = add_server(server.endpoint.encode())
-        if not registry:
+        server_registry = add_server(server.endpoint.encode())
+        if not server_registry:
             raise RpcError(f"ggml could not add the RPC server at {server.endpoint}; see llama.log for why.")
-        lib.ggml_backend_register(registry)
+        lib.ggml_backend_register(server_registry)
         _attached.add(server.endpoint)
     return servers
 
 
-def _add_server_function() -> ctypes._CFuncPtr:
-    """ggml_backend_rpc_add_server, from the RPC backend built into llama.cpp or from the module `rpc-build` made."""
+def _rpc_registry() -> int:
+    """The RPC backend: built into llama.cpp, or the module `rpc-build` made (loaded once)."""
     lib = ggml_library()
     registry = lib.ggml_backend_reg_by_name(b"RPC")
+    if registry:
+        return registry
+    if not rpc_build.is_built():
+        stale = " again: the one there was built by an older localspec" if rpc_build.module_path().is_file() else " once"
+        raise RpcError(f"This llama.cpp has no RPC backend. Run `localspec rpc-build`{stale} (a few minutes: it builds "
+                       "the RPC backend from the llama.cpp that llama-cpp-python ships), then try again.")
+    module = rpc_build.module_path()
+    registry = lib.ggml_backend_load(str(module).encode())
     if not registry:
-        module = rpc_build.module_path()
-        if not module.is_file():
-            raise RpcError("This llama.cpp has no RPC backend. Run `localspec rpc-build` once (about a minute: it builds "
-                           "the RPC backend from the llama.cpp that llama-cpp-python ships), then try again.")
-        registry = lib.ggml_backend_load(str(module).encode())
-        if not registry:
-            raise RpcError(f"{module} could not be loaded (see llama.log); run `localspec rpc-build` again.")
-    address = lib.ggml_backend_reg_get_proc_address(registry, b"ggml_backend_rpc_add_server")
-    if not address:
-        raise RpcError("The RPC backend here has no ggml_backend_rpc_add_server: run `localspec rpc-build` again.")
-    return ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+        raise RpcError(f"{module} could not be loaded (see llama.log); run `localspec rpc-build` again.")
+    return registry
+
+
+_LostFunction = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+_lost_checks: dict[int, device_faults.Check] = {}
+
+
+def _lost_check(registry: int) -> device_faults.Check:
+    """The engine's after-decode check for this backend: a message naming the lost server, or None.
+    A backend without localspec's patch (an RPC built into llama.cpp by hand) has no count: it aborts as ggml does."""
+    if registry in _lost_checks:
+        return _lost_checks[registry]
+    address = ggml_library().ggml_backend_reg_get_proc_address(registry, rpc_client_patch.LOST_FUNCTION.encode())
+    lost = _LostFunction(address) if address else None
+    endpoint = ctypes.create_string_buffer(256)
+
+    def check() -> str | None:
+        if lost is None or lost(endpoint, len(endpoint)) == 0:
+            return None
+        name = endpoint.value.decode(errors="replace")
+        return (f"The RPC server at {name} stopped answering (it quit, or the network between us dropped): the answer "
+                "ends here, and what was written is kept. Start ggml-rpc-server there again, then load the pair again.")
+
+    _lost_checks[registry] = check
+    return check

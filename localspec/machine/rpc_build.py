@@ -4,7 +4,8 @@ Why a module rather than rebuilding llama-cpp-python with -DGGML_RPC=on: the REA
 caches the wheel it built, and a cached wheel ignores new CMAKE_ARGS, so a flag there is easily lost), and only a
 user who wants remote devices pays: one minute for the module, a few more for the server. The module is built as a
 dynamic backend (GGML_BACKEND_DL) from the very sources of the installed version, so the libggml already loaded takes
-it (ggml_backend_load) and its protocol matches a server built from the same tree.
+it (ggml_backend_load) and its protocol matches a server built from the same tree. The client in it is patched so
+that a server lost mid-answer is an error rather than the end of the process (rpc_client_patch).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from localspec import paths
 from localspec.errors import LocalspecError
+from localspec.machine import rpc_client_patch
 
 
 class RpcBuildError(LocalspecError):
@@ -45,13 +47,28 @@ def server_path() -> Path:
     return build_dir() / "ggml-rpc-server"
 
 
+def _record() -> dict:
+    """What the last build wrote: the protocol it speaks and the client patch it carries ({} before a build)."""
+    try:
+        record = json.loads((build_dir() / "build.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def protocol_version() -> tuple[int, int, int] | None:
     """The RPC protocol of the built backend (ggml-rpc.h's RPC_PROTO_*_VERSION); None before a build."""
     try:
-        major, minor, patch = json.loads((build_dir() / "protocol.json").read_text())
-    except (OSError, ValueError):
+        major, minor, patch = _record()["protocol"]
+    except (KeyError, TypeError, ValueError):
         return None
     return int(major), int(minor), int(patch)
+
+
+def is_built() -> bool:
+    """The module and the server are there, from this version's sources, with this localspec's client patch."""
+    return (module_path().is_file() and server_path().is_file() and protocol_version() is not None
+            and _record().get("client_patch") == rpc_client_patch.PATCH_LEVEL)
 
 
 def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
@@ -76,6 +93,11 @@ def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
         tree = work / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
         if not (tree / "ggml" / "include" / "ggml-rpc.h").is_file():
             raise RpcBuildError(f"{sdist} holds no vendored llama.cpp with an RPC backend; is it llama-cpp-python {version}'s?")
+        try:
+            rpc_client_patch.apply(tree)
+        except rpc_client_patch.PatchError as exc:
+            raise RpcBuildError(f"The RPC client in {sdist.name} is not the one localspec knows how to make fault-tolerant "
+                                f"({exc}). Use llama-cpp-python {version}'s own sources.") from exc
         common = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                   "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
         report("building the RPC backend module (about a minute)")
@@ -87,7 +109,8 @@ def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy2(work / "module" / "bin" / "libggml-rpc.so", module_path())
         shutil.copy2(work / "server" / "bin" / "ggml-rpc-server", server_path())
-        (out / "protocol.json").write_text(json.dumps(_protocol_in(tree / "ggml" / "include" / "ggml-rpc.h")))
+        record = {"protocol": _protocol_in(tree / "ggml" / "include" / "ggml-rpc.h"), "client_patch": rpc_client_patch.PATCH_LEVEL}
+        (out / "build.json").write_text(json.dumps(record))
     return out
 
 
