@@ -224,3 +224,30 @@ def test_a_server_of_another_protocol_version_is_named_with_both_versions(rpc_bu
         with pytest.raises(rpc.RpcError, match=rf"speaks protocol {expected[0] + 1}\.0\.0; this llama.cpp speaks {expected[0]}\.{expected[1]}"):
             rpc.probe(endpoint)
         thread.join()
+
+
+def test_the_app_keeps_a_lost_answer_and_goes_on_without_the_server(tiny, rpc_built, tmp_path):
+    """The app's settings name the server; it is killed mid-answer: the answer ends as an error with its text kept
+    (on screen and in the history), the message names the server, and once the settings drop it the pair reloads
+    here and the next answer is whole."""
+    with rpc_server_process() as (endpoint, server):
+        command = [sys.executable, "-m", "tests.app_rpc_fault", str(tmp_path), str(tiny["talkative"]),
+                   str(tiny["talkative_draft"]), endpoint, str(server.pid)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["target_on_gpu"] > 0 and seen["reloaded_target_on_gpu"] == 0
+    assert seen["status"] == "error" and len(seen["shown"]) > 20
+    assert any(f"The RPC server at {endpoint} stopped answering" in note for note in seen["notes"])
+    assert seen["stored"][0] == ["error", seen["shown"]]
+    assert seen["after_status"] == "complete" and seen["after_text"] and seen["stored"][1] == ["complete", seen["after_text"]]
+
+
+def test_the_draft_goes_to_the_servers_only_when_asked(tiny, servers):
+    common = ["--target", str(tiny["target"]), "--draft", str(tiny["same"]), "--drafter", "model", "--prompt", "hi",
+              "--max-tokens", "8", "--rpc", servers[0]]
+    kept_here = generate(*common)["device"]["offloaded"]
+    sent = generate(*common, "--draft-rpc")["device"]["offloaded"]
+    assert kept_here[1]["on_gpu"] == 0 and sent[1]["on_gpu"] == sent[1]["total"] > 0
+    alone = cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--draft-rpc")
+    assert alone.returncode == 2 and "--draft-rpc puts the draft on the --rpc servers: give --rpc" in alone.stderr

@@ -33,6 +33,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft-gpu-layers", type=int, help="draft layers on the GPU (default: the memory planner's choice; -1 = all)")
     group.add_argument("--rpc", metavar="HOST:PORT[,...]",
                        help="ggml-rpc-server(s) whose devices take the target's layers (the draft stays here); trusted networks only")
+    group.add_argument("--draft-rpc", action="store_true",
+                       help="let the draft's layers go to the --rpc servers too (by default it stays on this machine: it is latency-bound)")
 
 
 def _add_sampling_args(parser: argparse.ArgumentParser) -> None:

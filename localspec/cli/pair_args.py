@@ -13,10 +13,10 @@ from localspec.catalog.models_toml import CatalogError, load_catalog
 from localspec.catalog.pair_files import local_pair_paths
 from localspec.engine import defaults
 from localspec.engine.engine import EngineConfig
+from localspec.errors import UsageError
 from localspec.hub.config import HubConfig
-from localspec.machine import rpc
-from localspec.machine.device import device_memory, machine_info
-from localspec.machine.memory_plan import MemoryPlan, plan_pair
+from localspec.machine.memory_plan import MemoryPlan
+from localspec.machine.remote_plan import plan_pair_on_devices
 
 
 def resolve_models(args: argparse.Namespace) -> None:
@@ -42,33 +42,21 @@ def _runs_self_draft(args: argparse.Namespace) -> bool:
     return getattr(args, "drafter", None) == "self"
 
 
-def attach_rpc_servers(args: argparse.Namespace) -> bool:
-    """--rpc's servers join ggml's devices before anything is planned or loaded; whether any was given."""
-    if not getattr(args, "rpc", None):
-        return False
-    for server in rpc.attach(rpc.parse_endpoints(args.rpc)):
-        if not rpc.is_trusted_network(server.endpoint):
-            print(f"localspec: warning: {server.endpoint} is not on a private network, and ggml-rpc-server has no "
-                  "authentication: anyone who reaches it can use it. Prefer a trusted network or an SSH tunnel.", file=sys.stderr)
-    return True
-
-
 def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:
-    """Where each model's layers go, from the headers and the memory free now; refuses a pair that cannot fit.
-    With --rpc the remote devices count as GPU memory for the target; the draft stays on this machine (it is
-    latency-bound: a round trip per draft token would cost more than it saves), on the CPU unless a local GPU has room."""
-    draft = args.draft if with_draft else None
-    draft_gpu_layers = args.draft_gpu_layers
-    remote = attach_rpc_servers(args)
-    info = machine_info()  # read once: each RPC server is asked for its memory over the network
-    if remote and draft_gpu_layers is None and all(d.is_remote for d in info.gpus):
-        draft_gpu_layers = 0
-    return plan_pair(args.target, draft, args.ctx_size, device_memory(info), args.target_gpu_layers, draft_gpu_layers,
-                     with_self_draft=_runs_self_draft(args), self_draft_layers=getattr(args, "self_layers", None))
+    """Where each model's layers go, from the headers and the memory free now (with --rpc, the servers' too: see
+    machine.remote_plan); refuses a pair that cannot fit."""
+    if getattr(args, "draft_rpc", False) and not getattr(args, "rpc", None):
+        raise UsageError("--draft-rpc puts the draft on the --rpc servers: give --rpc HOST:PORT too.")
+    return plan_pair_on_devices(args.target, args.draft if with_draft else None, args.ctx_size, args.target_gpu_layers,
+                                args.draft_gpu_layers, getattr(args, "rpc", None), getattr(args, "draft_rpc", False),
+                                with_self_draft=_runs_self_draft(args), self_draft_layers=getattr(args, "self_layers", None))
 
 
 def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, plan: MemoryPlan | None = None) -> EngineConfig:
-    plan = plan or memory_plan_from_args(args, with_draft)
+    if plan is None:
+        plan = memory_plan_from_args(args, with_draft)
+        for warning in plan.warnings:
+            print(f"localspec: warning: {warning}", file=sys.stderr)
     return EngineConfig(
         target=args.target,
         draft=args.draft if with_draft else None,
@@ -80,4 +68,6 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, p
         self_draft_layers=getattr(args, "self_layers", None),
         self_draft_gpu_layers=plan.self_draft_gpu_layers,
         cost_cache_dir=paths.cost_cache_dir(),
+        target_devices=plan.target_devices,
+        draft_devices=plan.draft_devices,
     )

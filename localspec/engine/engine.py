@@ -36,6 +36,8 @@ class EngineConfig:
     # self_draft); otherwise it stays on the CPU, where it cannot take GPU memory the plan gave the others.
     self_draft_gpu_layers: int = 0
     cost_cache_dir: Path | None = None  # where auto keeps the costs it measured, per pair and machine (None: measured each load)
+    target_devices: tuple[int, ...] | None = None  # ModelConfig.devices for the target (and its self-draft)
+    draft_devices: tuple[int, ...] | None = None
 
 
 class Engine:
@@ -44,14 +46,16 @@ class Engine:
         self.config = config
         report = on_stage or (lambda _stage: None)
         report("loading the target")
-        self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads), role="target")
+        self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads,
+                                                             devices=config.target_devices), role="target")
         self.draft: Model | None = None
         self._self_draft: Model | None = None
         try:
             if config.draft is not None:
                 self._check_cancel(cancel)
                 report("loading the draft")
-                self.draft = Model(config.draft, ModelConfig(config.draft_gpu_layers, config.n_ctx, n_threads=config.n_threads), role="draft")
+                self.draft = Model(config.draft, ModelConfig(config.draft_gpu_layers, config.n_ctx, n_threads=config.n_threads,
+                                                                    devices=config.draft_devices), role="draft")
                 self._check_cancel(cancel)
                 report("checking the pair")
                 check_pair(self.target, self.draft)
@@ -97,7 +101,8 @@ class Engine:
             if self.config.self_draft_dir is None:
                 raise EngineError("The self drafter needs a directory to keep the draft it cuts from the target.")
             made = cached_self_draft(self.config.target, self.config.self_draft_layers, self.config.self_draft_dir)
-            config = ModelConfig(self.config.self_draft_gpu_layers, self.config.n_ctx, n_threads=self.config.n_threads)
+            config = ModelConfig(self.config.self_draft_gpu_layers, self.config.n_ctx, n_threads=self.config.n_threads,
+                                 devices=self.config.target_devices)
             self._self_draft = Model(made.path, config, role="self-draft")
             check_pair(self.target, self._self_draft)
         return self._self_draft

@@ -47,6 +47,7 @@ class ModelConfig:
     n_batch: int = DEFAULT_N_BATCH
     n_threads: int | None = None
     n_seq: int = 1  # 2 lets a tree draft's two branches share the cache (one unified KV buffer, so no context is lost)
+    devices: tuple[int, ...] | None = None  # the GPU-type devices (ggml_backend_dev_t) to offload to; None: all
 
     def resolved_gpu_layers(self) -> int:
         if self.n_gpu_layers is not None:
@@ -87,6 +88,9 @@ class Model:
 
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = config.resolved_gpu_layers()
+        if config.devices is not None:  # NULL-terminated; llama.cpp copies the list during the load
+            devices = (ctypes.c_void_p * (len(config.devices) + 1))(*config.devices, None)
+            model_params.devices = ctypes.addressof(devices)
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise ModelLoadError(self._load_failure_message())

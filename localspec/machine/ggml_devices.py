@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp
@@ -27,6 +27,7 @@ class BackendDevice:
     kind: str  # one of _KINDS
     free_bytes: int
     total_bytes: int
+    handle: int = field(default=0, compare=False, repr=False)  # ggml_backend_dev_t, for llama_model_params.devices
 
     @property
     def is_gpu(self) -> bool:
@@ -86,5 +87,6 @@ def backend_devices() -> list[BackendDevice]:
             kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else f"type {kind}",
             free_bytes=free.value,
             total_bytes=total.value,
+            handle=device,
         ))
     return devices

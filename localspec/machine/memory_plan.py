@@ -213,6 +213,10 @@ class MemoryPlan:
     draft: Placement | None
     warnings: tuple[str, ...] = ()
     self_draft: Placement | None = None  # planned only where the self drafter will run
+    # The GPU-type devices (ggml_backend_dev_t) each model may use; None: all of them, llama.cpp's default. Set where
+    # RPC servers are attached (machine.remote_plan), so that a model uses the servers chosen for it and no other.
+    target_devices: tuple[int, ...] | None = None
+    draft_devices: tuple[int, ...] | None = None
 
     @property
     def placements(self) -> list[Placement]:

@@ -155,8 +155,14 @@ def _rpc_registry() -> int:
     return registry
 
 
-_LostFunction = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+_LostFunction = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p)
 _lost_checks: dict[int, device_faults.Check] = {}
+_in_use: list[str] = []  # the servers the loaded models use: only their loss ends an answer
+
+
+def use(endpoints: list[str]) -> None:
+    """The servers the next load uses (none: a local load, which a server lost earlier must not disturb)."""
+    _in_use[:] = endpoints
 
 
 def _lost_check(registry: int) -> device_faults.Check:
@@ -166,13 +172,12 @@ def _lost_check(registry: int) -> device_faults.Check:
         return _lost_checks[registry]
     address = ggml_library().ggml_backend_reg_get_proc_address(registry, rpc_client_patch.LOST_FUNCTION.encode())
     lost = _LostFunction(address) if address else None
-    endpoint = ctypes.create_string_buffer(256)
 
     def check() -> str | None:
-        if lost is None or lost(endpoint, len(endpoint)) == 0:
+        gone = [endpoint for endpoint in _in_use if lost is not None and lost(endpoint.encode()) > 0]
+        if not gone:
             return None
-        name = endpoint.value.decode(errors="replace")
-        return (f"The RPC server at {name} stopped answering (it quit, or the network between us dropped): the answer "
+        return (f"The RPC server at {gone[0]} stopped answering (it quit, or the network between us dropped): the answer "
                 "ends here, and what was written is kept. Start ggml-rpc-server there again, then load the pair again.")
 
     _lost_checks[registry] = check

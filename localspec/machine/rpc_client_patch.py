@@ -2,8 +2,8 @@
 
 Why: ggml-rpc.cpp's client calls GGML_ABORT when a server stops answering (RPC_STATUS_ASSERT), which kills the
 whole process: the app, the server and every answer in them. Patched, the client marks that connection lost,
-skips every later command on it (zeroing the replies it would have read), and counts the lost connections that are
-still in use; `localspec_rpc_lost`, reached through the backend's proc-address table like
+skips every later command on it (zeroing the replies it would have read), and counts, per server, the lost
+connections that are still in use; `localspec_rpc_lost(endpoint)`, reached through the backend's proc-address table like
 `ggml_backend_rpc_add_server`, tells the engine after each decode, which then ends the answer with a clear error
 before any token read from the zeroed logits is shown. A load after the server is back opens a new connection
 (a lost one is never handed out again).
@@ -21,26 +21,24 @@ PATCH_LEVEL = 1
 LOST_FUNCTION = "localspec_rpc_lost"
 
 _LOST_STATE = """\
-static std::atomic<int> localspec_lost_now{0};
-static std::mutex       localspec_lost_mutex;
-static std::string      localspec_lost_endpoint;
+// localspec: the lost connections still in use, by endpoint (a reading of a dead server's memory makes one too,
+// for a moment, so the engine asks only about the servers its models use). Never freed: a dispatcher may outlive
+// static destruction at exit.
+static std::mutex                           & localspec_lost_mutex = *new std::mutex();
+static std::unordered_map<std::string, int> & localspec_lost = *new std::unordered_map<std::string, int>();
 
 void rpc_dispatcher::mark_lost() {
     if (!lost.exchange(true)) {
         GGML_LOG_ERROR("RPC server %s stopped answering\\n", endpoint.c_str());
         std::lock_guard<std::mutex> lock(localspec_lost_mutex);
-        localspec_lost_endpoint = endpoint;
-        localspec_lost_now++;
+        localspec_lost[endpoint]++;
     }
 }
 
-// how many lost connections are still in use; the last one lost is written to `endpoint`
-static int localspec_rpc_lost(char * endpoint, size_t size) {
+static int localspec_rpc_lost(const char * endpoint) {
     std::lock_guard<std::mutex> lock(localspec_lost_mutex);
-    if (endpoint != nullptr && size > 0) {
-        snprintf(endpoint, size, "%s", localspec_lost_endpoint.c_str());
-    }
-    return localspec_lost_now;
+    auto it = localspec_lost.find(endpoint);
+    return it == localspec_lost.end() ? 0 : it->second;
 }
 
 """
@@ -98,7 +96,7 @@ EDITS: tuple[tuple[str, str], ...] = (
     (
         "rpc_dispatcher::~rpc_dispatcher() {\n    running = false;\n",
         "rpc_dispatcher::~rpc_dispatcher() {\n    if (lost) {\n        std::lock_guard<std::mutex> lock(localspec_lost_mutex);\n"
-        "        localspec_lost_now--;\n    }\n    running = false;\n",
+        "        localspec_lost[endpoint]--;\n    }\n    running = false;\n",
     ),
     (  # a lost connection is never handed out again: the next load connects anew
         "        if (auto dispatcher = it->second.lock()) {\n",

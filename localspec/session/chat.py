@@ -21,8 +21,9 @@ from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, StopReason
-from localspec.machine.device import OffloadedLayers, backend_name, device_memory, offloaded_layers
-from localspec.machine.memory_plan import MemoryPlan, plan_pair
+from localspec.machine.device import OffloadedLayers, backend_name, offloaded_layers
+from localspec.machine.memory_plan import MemoryPlan
+from localspec.machine.remote_plan import plan_pair_on_devices
 from localspec.session.context_fit import answer_room, fit_conversation
 from localspec.session.history import History
 from localspec.session.live_stats import LiveStats, StatsSnapshot
@@ -53,11 +54,13 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
               on_stage: Callable[[str], None], cancel: threading.Event) -> LoadedPair:
     """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
     on_stage("planning memory")
-    plan = plan_pair(target, draft, settings.n_ctx, device_memory(), settings.target_gpu_layers, settings.draft_gpu_layers,
-                     with_self_draft=settings.drafter == "self", self_draft_layers=settings.self_draft_layers)
+    plan = plan_pair_on_devices(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers,
+                                settings.rpc_servers, with_self_draft=settings.drafter == "self",
+                                self_draft_layers=settings.self_draft_layers)
     config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads,
                           self_draft_dir=paths.self_draft_dir(), self_draft_layers=settings.self_draft_layers,
-                          self_draft_gpu_layers=plan.self_draft_gpu_layers, cost_cache_dir=paths.cost_cache_dir())
+                          self_draft_gpu_layers=plan.self_draft_gpu_layers, cost_cache_dir=paths.cost_cache_dir(),
+                          target_devices=plan.target_devices, draft_devices=plan.draft_devices)
     engine = Engine(config, on_stage, cancel)
     try:
         on_stage("timing plain decoding")

@@ -19,7 +19,8 @@ from localspec.engine import defaults
 from localspec.engine.drafters import registry
 from localspec.engine.errors import SamplingSettingsError
 from localspec.engine.sampling import SamplingParams
-from localspec.errors import LocalspecError
+from localspec.errors import LocalspecError, UsageError
+from localspec.machine import rpc
 
 
 class SettingsError(LocalspecError):
@@ -42,6 +43,7 @@ class Settings:
     draft_gpu_layers: int | None = None
     threads: int | None = None  # None: physical cores
     self_draft_layers: int | None = None  # the self drafter's blocks (None: a quarter of the target's)
+    rpc_servers: str | None = None  # HOST:PORT[,...]: ggml-rpc-servers whose devices take the target's layers
     last_pair: str | None = None
     tint_accepted: bool = False  # Markdown by default; Ctrl+T shows the provenance tint
 
@@ -54,10 +56,16 @@ class Settings:
             (self.n_ctx >= defaults.MIN_N_CTX, f"context size must be {defaults.MIN_N_CTX} or more"),
             (self.threads is None or self.threads >= 1, "threads must be 1 or more"),
             (self.self_draft_layers is None or self.self_draft_layers >= 1, "self-draft layers must be 1 or more"),
+            (self.rpc_servers is None or isinstance(self.rpc_servers, str), "RPC servers must be text: HOST:PORT[,...]"),
         ]
         for ok, message in checks:
             if not ok:
                 raise SettingsError(f"Invalid setting: {message}.")
+        if self.rpc_servers:
+            try:
+                rpc.parse_endpoints(self.rpc_servers)
+            except UsageError as exc:
+                raise SettingsError(f"Invalid setting: RPC servers: {exc}") from None
         try:
             self.sampling.validate()  # the engine's own rule, so the two cannot drift apart
         except SamplingSettingsError as exc:

@@ -41,7 +41,7 @@ from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
 
-LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads", "self_draft_layers")  # changing these reloads the pair
+LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads", "self_draft_layers", "rpc_servers")  # changing these reloads the pair
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
 
@@ -197,9 +197,15 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
     def on_storage_notice(self, message: m.StorageNotice) -> None:
         self.notify(message.text, severity="information" if self.history.saving else "error", timeout=20)
 
-    def on_answer_failed(self, message: m.AnswerFailed) -> None:
-        if self.streaming is not None and self.streaming.message_id == message.message_id:
-            self.streaming.set_status("error")
+    async def on_answer_failed(self, message: m.AnswerFailed) -> None:
+        view = self.streaming
+        if view is not None and view.message_id == message.message_id and self.conversation_id is not None:
+            # the screen may lag the answer by the updates still waiting to be drawn; the history has all of it
+            stored = next((s for s in self.history.messages(self.conversation_id) if s.id == message.message_id), None)
+            if stored is not None and len(stored.content) >= len(view.text):
+                await view.finish(stored.content, stored.provenance, "error", view.note)
+            else:
+                view.set_status("error")
         self.streaming, self.answer_cancel = None, None
         self.notify(message.error, severity="error", timeout=15)
 

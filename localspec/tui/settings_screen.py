@@ -30,6 +30,7 @@ FORM = [
     ("draft_gpu_layers", "draft GPU layers", "empty = the memory planner decides, -1 = all; reloads"),
     ("threads", "threads", "empty = physical cores; reloads"),
     ("self_draft_layers", "self-draft blocks", "the self drafter's share of the target; empty = a quarter; reloads"),
+    ("rpc_servers", "RPC servers", "HOST:PORT[,...] of ggml-rpc-servers for the target's layers; trusted networks only; reloads"),
 ]
 _TYPES = {f.name: f.type for f in fields(Settings)}
 
@@ -41,6 +42,8 @@ def parse_field(name: str, text: str) -> Any:
         if "None" in kind:
             return None
         raise SettingsError(f"{name.replace('_', ' ')} needs a value.")
+    if kind.startswith("str"):
+        return text
     try:
         return int(text) if kind.startswith("int") else float(text)
     except ValueError:
