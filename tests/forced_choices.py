@@ -1,4 +1,5 @@
-"""auto with its choice pinned to the hybrid option, so tests can run that path on every step it can take.
+"""auto (and the batch planner) with the choice pinned to the hybrid option, so tests can run that path on every step it
+can take.
 
 The choice itself is tested on its own (tests/test_drafters.py); what this exercises is everything after it:
 the lookup tokens, the draft model continuing from their end, verification and the rollback, on real models.
@@ -6,6 +7,9 @@ the lookup tokens, the draft model continuing from their end, verification and t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.drafters.auto.controller import HYBRID, AutoDrafter, Decision
 from localspec.engine.drafters.ngram import Lookup
 
@@ -17,3 +21,16 @@ class AlwaysHybrid(AutoDrafter):
             return super().decide(k_cap, lookup)
         # Half the run, so the draft model continues mid-copy, where its tokens and the run's rest may disagree.
         return Decision(HYBRID, k_cap, 1.0, lookup_k=max(1, usable // 2))
+
+
+class AlwaysHybridPlanner(BatchPlanner):
+    """The batch planner with every auto slot that has a lookup run pinned to hybrid: half the run, then the draft
+    model up to the slot's cap (the drafting, verification and rollback after the choice are the real ones)."""
+
+    def plan(self, slots: Sequence[SlotOptions]) -> list[Choice]:
+        choices = super().plan(slots)
+        for i, options in enumerate(slots):
+            usable = min(len(options.lookup.tokens), options.cap - 1)
+            if options.drafter == "auto" and usable >= 1:
+                choices[i] = Choice(HYBRID, options.cap, 1.0, lookup_k=max(1, usable // 2))
+        return choices

@@ -157,10 +157,12 @@ def test_a_slots_first_token_comes_with_the_pass_that_reads_its_prompts_end(tiny
     assert_lossless(alone, collected.run, label="first token from the prompt's pass")
 
 
-@pytest.mark.parametrize("drafter,repeating", [("model", False), ("ngram", True), ("auto", True)])
+@pytest.mark.parametrize("drafter,repeating", [("model", False), ("ngram", True), ("auto", True), ("hybrid", True)])
 def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, drafter, repeating):
     """The engine's chi-square test (tests/test_sampling_distribution.py), its seeded requests run four at a time.
-    Lookup (and auto, which takes lookup's free runs) needs a prompt that repeats: P, the target's continuation G, P."""
+    Lookup (and auto, which takes lookup's free runs) needs a prompt that repeats: P, the target's continuation G, P.
+    "hybrid" is auto with every step that finds a run pinned to hybrid (tests/forced_choices.py)."""
+    from tests.forced_choices import AlwaysHybridPlanner
     from tests.goodness_of_fit import fit_p_value
     from tests.test_sampling_distribution import N_SEEDS, N_TOKENS, SAMPLING, SIGNIFICANCE, exact_joint
 
@@ -171,11 +173,15 @@ def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, dra
             prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
         expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
         scheduler = engine.batch(4)
+        if drafter == "hybrid":
+            scheduler.planner, drafter = AlwaysHybridPlanner(scheduler.planner.costs, True), "auto"
         jobs = [(prompt, GenerationConfig(max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=3,
                                           draft_p_min=0.0), drafter) for seed in range(N_SEEDS)]
         results = run_batch(scheduler, jobs)
     samples = [tuple(r.run.tokens) for r in results]
     assert sum(r.run.finished.stats.draft_n for r in results) > N_SEEDS
+    if isinstance(scheduler.planner, AlwaysHybridPlanner):
+        assert sum(n for r in results for label, n in r.run.finished.stats.decisions.items() if label.startswith("hybrid")) > N_SEEDS // 2
     assert fit_p_value(samples, expected) > SIGNIFICANCE
 
 
@@ -191,3 +197,42 @@ def test_an_answer_that_fills_its_slot_ends_clearly_and_stays_in_its_share(tiny,
         assert len(long_prompt) + len(results[0].run.tokens) == 256 + 1
         assert_lossless(alone[0], results[1].run, label="beside a slot that filled up")
         assert all(engine.target.cells_held(slot.seq) <= scheduler.share for slot in scheduler.slots)
+
+
+def repeating_prompt(engine: Engine, text: str) -> list[int]:
+    """P, the target's own continuation G, then P again: lookup finds runs (G) to copy, and hybrid continues them."""
+    base = raw_prompt_tokens(engine.target, text)
+    return base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
+
+
+def test_hybrid_steps_in_the_batch_are_lossless(tiny):
+    """Four auto slots, every step that finds a run pinned to hybrid (half the run, then the batched draft model from
+    its end): each slot writes what plain decoding writes alone."""
+    from tests.forced_choices import AlwaysHybridPlanner
+
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        prompts_ = [repeating_prompt(engine, text) for text in PROMPTS[:4]]
+        expected = [run(engine.plain, prompt, GenerationConfig(max_tokens=40)) for prompt in prompts_]
+        scheduler = engine.batch(4)
+        scheduler.planner = AlwaysHybridPlanner(scheduler.planner.costs, True)
+        results = run_batch(scheduler, [(prompt, GenerationConfig(max_tokens=40, draft_max=6), "auto") for prompt in prompts_])
+    hybrid_steps = 0
+    for i, (alone_, got) in enumerate(zip(expected, results)):
+        assert_lossless(alone_, got.run, label=f"prompt {i}, hybrid in the batch")
+        hybrid_steps += sum(n for label, n in got.run.finished.stats.decisions.items() if label.startswith("hybrid K="))
+    assert hybrid_steps >= 4
+
+
+def test_a_hybrid_steps_draft_model_continues_from_the_lookup_runs_end(tiny):
+    """With the target as its own draft, the model's part of a hybrid step is the target's own text wherever the lookup
+    part before it was accepted: every token judged is accepted. A draft that did not read the lookup tokens first
+    (continuing from the wrong place) would be rejected."""
+    from tests.forced_choices import AlwaysHybridPlanner
+
+    with Engine(EngineConfig(tiny["target"], tiny["same"], n_ctx=8192)) as engine:
+        prompts_ = [repeating_prompt(engine, text) for text in PROMPTS[:4]]
+        scheduler = engine.batch(4)
+        scheduler.planner = AlwaysHybridPlanner(scheduler.planner.costs, True)
+        run_batch(scheduler, [(prompt, GenerationConfig(max_tokens=40, draft_max=6, draft_p_min=0.0), "auto") for prompt in prompts_])
+        judged = scheduler.planner.model_acceptance
+    assert judged.tries and judged.tries[0] > 1 and judged.hits == judged.tries

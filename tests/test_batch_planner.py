@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from localspec.engine.batch.planner import BatchPlanner, SlotOptions
+from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.ngram import Lookup
+from tests.test_drafters import GPU_LIKE
 
 # A target whose passes cost nearly the same up to 4 tokens, then grow with every token (a GPU, or a Q8 target on a CPU).
 CHEAP_TO_FOUR = {1: 10.0, 2: 11.0, 4: 13.0, 8: 40.0, 16: 80.0, 32: 160.0, 64: 320.0}
@@ -43,3 +44,34 @@ def test_named_drafters_are_not_second_guessed():
     choices = planner(CHEAP_TO_FOUR, draft_ms=20.0).plan([SlotOptions("model", 3, Lookup(), 1), SlotOptions("none", 8, COPY, 1),
                                                           SlotOptions("ngram", 2, COPY, 1)])
     assert [(c.source, c.k) for c in choices] == [("model", 3), ("none", 0), ("ngram", 2)]
+
+
+def sure(planner: BatchPlanner) -> BatchPlanner:
+    """Both have been right: copies that agree this far, and the draft model."""
+    for _ in range(40):
+        planner.lookup_acceptance[16].observe(8, 8)
+        planner.model_acceptance.observe(8, 8)
+    return planner
+
+
+def test_a_short_sure_lookup_run_is_continued_by_the_draft_model():
+    """Hybrid inside the planner: the run's source ends after three tokens, and the draft model, cheap and right,
+    continues it; a whole run stays lookup's alone (free), and no run is the model's alone."""
+    short = Lookup([11, 12, 13], match_length=20)
+    [choice] = sure(planner(*GPU_LIKE)).plan([SlotOptions("auto", 8, short, 1)])
+    assert (choice.source, choice.lookup_k, choice.model_k) == ("hybrid", 3, choice.k - 3) and choice.model_k >= 1
+    assert choice.label == f"hybrid K=3+{choice.model_k}"
+    [whole] = sure(planner(*GPU_LIKE)).plan([SlotOptions("auto", 8, Lookup(list(range(11, 19)), 20), 1)])
+    assert whole.source == "ngram"
+    [alone] = sure(planner(*GPU_LIKE)).plan([SlotOptions("auto", 8, Lookup(), 1)])
+    assert alone.source == "model"
+
+
+def test_a_hybrid_step_is_priced_with_its_lookup_tokens_in_the_drafts_first_pass():
+    plan = sure(planner(CHEAP_TO_FOUR, draft_ms=0.5))
+    options = [SlotOptions("auto", 8, Lookup([11, 12, 13], 20), 1)]
+    hybrid = Choice("hybrid", 5, 4.0, lookup_k=3)
+    model = Choice("model", 2, 2.0)
+    costs = plan.costs
+    assert plan.step_ms([hybrid], options) == costs.verify(6) + costs.draft_batch(1 + 3) + costs.draft_batch(1)
+    assert plan.step_ms([model], options) == costs.verify(3) + costs.draft_batch(1) + costs.draft_batch(1)

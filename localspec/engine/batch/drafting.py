@@ -24,13 +24,15 @@ from localspec.engine.tokens import common_prefix
 
 @dataclass
 class DraftOrder:
-    """Draft up to k tokens for a slot: greedily (sampling None) or sampled from q, stopping below p_min."""
+    """Draft up to k tokens for a slot: greedily (sampling None) or sampled from q, stopping below p_min; after reading
+    `after` (a hybrid step's lookup tokens), so the draft continues from their end."""
 
     slot: Slot
     k: int
     p_min: float
     sampling: SamplingParams | None
     rng: np.random.Generator
+    after: Sequence[int] = ()
 
 
 @dataclass
@@ -72,7 +74,8 @@ class BatchDraftModel:
         owners: list[_Drafting] = []
         for item in work:
             slot = item.order.slot
-            unread = [*self.sync(slot, slot.cached), slot.last]  # the last token always unread: it gives the first row
+            # the last token is always unread; the last of these gives the first row
+            unread = [*self.sync(slot, slot.cached), slot.last, *item.order.after]
             entries += [(token, len(slot.draft_cached) + i, slot.seq, i == len(unread) - 1) for i, token in enumerate(unread)]
             owners.append(item)
             slot.draft_cached.extend(unread)

@@ -18,7 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.controller import EXPLORE_FIRST, EXPLORE_MAX, MATCH_CLASS_PRIORS, MODEL_K_MAX, ShadowRun, match_class
+from localspec.engine.drafters.auto.controller import (
+    EXPLORE_FIRST,
+    EXPLORE_MAX,
+    HYBRID,
+    MATCH_CLASS_PRIORS,
+    MODEL_K_MAX,
+    ShadowRun,
+    best_hybrid,
+    match_class,
+)
 from localspec.engine.drafters.auto.costs import DECAY, CostTable
 from localspec.engine.drafters.ngram import Lookup
 
@@ -37,13 +46,23 @@ class SlotOptions:
 
 @dataclass(frozen=True)
 class Choice:
-    source: str  # "none", "ngram" or "model"
+    source: str  # "none", "ngram", "model" or "hybrid"
     k: int
     predicted: float  # tokens this step is expected to emit for the slot: 1 + expected accepted
+    lookup_k: int = 0  # hybrid: the lookup tokens the draft model continues after (k - lookup_k are the model's)
 
     @property
     def label(self) -> str:
-        return "none" if self.k == 0 else f"{self.source} K={self.k}"
+        if self.k == 0:
+            return "none"
+        if self.source == HYBRID:
+            return f"{HYBRID} K={self.lookup_k}+{self.k - self.lookup_k}"
+        return f"{self.source} K={self.k}"
+
+    @property
+    def model_k(self) -> int:
+        """The draft model's share of the draft (all of it for "model", the rest after the lookup for "hybrid")."""
+        return self.k - self.lookup_k if self.source in ("model", HYBRID) else 0
 
 
 PLAIN = Choice("none", 0, 1.0)
@@ -79,7 +98,7 @@ class BatchPlanner:
                 if not changed:
                     break
             choices = self._maybe_explore(choices, slots, auto, best_rate)
-        if any(choice.source == "model" and choice.k for choice in choices):
+        if any(choice.model_k for choice in choices):
             self._since_model = 0
             self._explore_every = EXPLORE_FIRST
         else:
@@ -99,14 +118,19 @@ class BatchPlanner:
         return Choice("ngram", k, 1 + acceptance.expected_accepted(k))
 
     def _candidates(self, options: SlotOptions) -> list[Choice]:
+        """Plain, each K of lookup and of the draft model, and the hybrid (j, m) that is best as a step of its own (one
+        candidate, not all j x m: the ascent weighs it in the batch like the others)."""
         found = [PLAIN]
         n_lookup = min(options.cap, len(options.lookup.tokens))
-        lookup_expected, _ = self.lookup_acceptance[match_class(options.lookup.match_length)].prefix_curves(n_lookup)
+        lookup_expected, lookup_survive = self.lookup_acceptance[match_class(options.lookup.match_length)].prefix_curves(n_lookup)
         found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
-            n_model = min(options.cap, MODEL_K_MAX)
-            model_expected, _ = self.model_acceptance.prefix_curves(n_model)
-            found += [Choice("model", k, 1 + model_expected[k]) for k in range(1, n_model + 1)]
+            model_expected, _ = self.model_acceptance.prefix_curves(min(options.cap, MODEL_K_MAX))
+            found += [Choice("model", k, 1 + model_expected[k]) for k in range(1, len(model_expected))]
+            hybrid = best_hybrid(self.costs, max(1, options.pending), n_lookup, options.cap, lookup_expected, lookup_survive,
+                                 model_expected)
+            if hybrid is not None:
+                found.append(Choice(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k))
         return found
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
@@ -115,7 +139,8 @@ class BatchPlanner:
     def step_ms(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
         """The expected time of the step the choices make: the drafting passes, one target pass, the step's overhead."""
         ms = self.overhead_ms + self.costs.verify(sum(choice.k + 1 for choice in choices))
-        depths = [(choice.k, options.pending) for choice, options in zip(choices, slots) if choice.source == "model" and choice.k]
+        # (model tokens, tokens the draft reads first: what it has not seen, and a hybrid's lookup tokens)
+        depths = [(choice.model_k, options.pending + choice.lookup_k) for choice, options in zip(choices, slots) if choice.model_k]
         if depths:
             ms += self.costs.draft_batch(sum(max(1, pending) for _, pending in depths))  # catch-up and the first token
             for depth in range(2, max(k for k, _ in depths) + 1):
@@ -125,7 +150,7 @@ class BatchPlanner:
     def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
         """Now and then, let the draft model draft one slot when it is losing, so that it can win back (it costs a
         pass to judge, unlike lookup); at doubling intervals, and only where it would win if every token were accepted."""
-        if not self.has_draft_model or any(c.source == "model" and c.k for c in choices) or self._since_model < self._explore_every:
+        if not self.has_draft_model or any(c.model_k for c in choices) or self._since_model < self._explore_every:
             return choices
         i = auto[0]
         k = min(2, slots[i].cap)
@@ -153,9 +178,12 @@ class BatchPlanner:
                 undecided.append(shadow)
         return undecided
 
-    def observe_model(self, n_drafted: int, n_accepted: int) -> None:
-        if n_drafted:
-            self.model_acceptance.observe(n_drafted, n_accepted)
+    def observe_model(self, choice: Choice, n_drafted: int, n_accepted: int) -> None:
+        """What the draft model's tokens showed: a hybrid's only where the target accepted the whole lookup part before them
+        (else they were never judged); the lookup part teaches its match class through the shadows, as any run does."""
+        model_drafted = n_drafted - choice.lookup_k
+        if model_drafted > 0 and n_accepted >= choice.lookup_k:
+            self.model_acceptance.observe(model_drafted, n_accepted - choice.lookup_k)
 
     def observe_verify(self, n_tokens: int, ms: float) -> None:
         self.costs.observe_verify(n_tokens, ms)

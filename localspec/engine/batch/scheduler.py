@@ -20,6 +20,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
@@ -31,7 +33,7 @@ from localspec.engine.drafters.registry import BATCH_DRAFTERS
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
 from localspec.engine.model import Model
-from localspec.engine.sampling import make_rng
+from localspec.engine.sampling import SamplingParams, make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.tokens import common_prefix
@@ -258,15 +260,12 @@ class BatchScheduler:
         return min(free, key=lambda slot: slot.last_used)
 
     def _drafts(self, generating: list[Slot], options: list[SlotOptions], choices: list[Choice]) -> list[_Step]:
-        """Each slot's draft: lookup runs as they are, the draft model's all in one batched drafting."""
+        """Each slot's draft: lookup runs as they are, the draft model's (a hybrid's continuation too, after the lookup
+        tokens it reads first) all in one batched drafting."""
         orders = []
-        for slot, choice in zip(generating, choices):
-            generation = slot.generation
-            assert generation is not None
-            config = generation.request.config
-            if choice.source == "model" and choice.k:
-                sampling = None if config.sampling.greedy or config.verification == "sample-match" else config.sampling
-                orders.append(DraftOrder(slot, choice.k, config.draft_p_min, sampling, generation.rng))
+        for slot, option, choice in zip(generating, options, choices):
+            if choice.model_k:
+                orders.append(DraftOrder(slot, choice.model_k, *self._model_sampling(slot), option.lookup.tokens[: choice.lookup_k]))
         drafted = self.drafting.draft(orders) if self.drafting is not None and orders else {}
         if self.drafting is not None:
             for n_tokens, ms in self.drafting.passes:
@@ -276,13 +275,24 @@ class BatchScheduler:
             generation = slot.generation
             assert generation is not None
             self.planner.watch_lookup(generation.shadows, option.lookup)
-            if choice.source == "model":
-                draft = drafted.get(slot.seq, Draft())
+            if choice.model_k:
+                lookup_part = Draft.deterministic(option.lookup.tokens[: choice.lookup_k], self._model_sampling(slot)[1])
+                continuation = drafted.get(slot.seq, Draft())
+                draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
             else:
                 sampling = generation.request.config.sampling
                 draft = Draft.deterministic(option.lookup.tokens[: choice.k], None if sampling.greedy else sampling)
             steps.append(_Step(slot, choice, draft))
         return steps
+
+    @staticmethod
+    def _model_sampling(slot: Slot) -> tuple[float, SamplingParams | None, np.random.Generator]:
+        """How the draft model drafts for the slot: its p_min; greedily (None) or sampled from q; the slot's rng."""
+        generation = slot.generation
+        assert generation is not None
+        config = generation.request.config
+        sampling = None if config.sampling.greedy or config.verification == "sample-match" else config.sampling
+        return config.draft_p_min, sampling, generation.rng
 
     def _settle(self, step: _Step, rows: object, draft_ms: float, verify_ms: float) -> None:
         """Verify one slot's draft on its rows, roll its sequence back past the rejection, emit its tokens."""
@@ -301,8 +311,8 @@ class BatchScheduler:
         stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
         if generation.request.drafter == "auto":
             stats.record_decision(step.choice.label, step.choice.predicted)
-        if step.choice.source == "model":
-            self.planner.observe_model(len(draft.tokens), verdict.n_accepted)
+        if step.choice.model_k:
+            self.planner.observe_model(step.choice, len(draft.tokens), verdict.n_accepted)
         settled = [*verdict.accepted, verdict.token]
         slot.lookup.advance(settled)
         generation.shadows = self.planner.settle(generation.shadows, settled)

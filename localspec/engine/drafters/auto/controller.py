@@ -59,6 +59,31 @@ def match_class(match_length: int) -> int:
 
 
 @dataclass(frozen=True)
+class HybridPlan:
+    lookup_k: int  # the lookup run's first tokens...
+    model_k: int  # ...then the draft model's, from their end
+    tokens: float  # 1 + expected accepted
+    rate: float  # tokens per ms, priced as a step of its own
+
+
+def best_hybrid(costs: CostTable, pending: int, n_lookup: int, k_cap: int, lookup_expected: list[float],
+                lookup_survive: list[float], model_expected: list[float]) -> HybridPlan | None:
+    """The best (j, m) of the first j <= n_lookup lookup tokens then m draft-model tokens under the cap: the draft
+    reads its `pending` tokens and the j in one catch-up batch, takes m - 1 one-token steps, and the target verifies
+    j + m + 1; expected, the run's accepted tokens plus, when all j survive, the model's. None without a run."""
+    assert costs.draft_ms_per_token is not None
+    best: HybridPlan | None = None
+    for j in range(1, min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX) + 1):
+        catch_up = costs.draft_batch(pending + j)
+        for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
+            tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
+            rate = tokens / (catch_up + (m - 1) * costs.draft_ms_per_token + costs.verify(j + m + 1))
+            if best is None or rate > best.rate:
+                best = HybridPlan(j, m, tokens, rate)
+    return best
+
+
+@dataclass(frozen=True)
 class Decision:
     drafter: str  # "none", "ngram", "hybrid" or the draft model's name
     k: int
@@ -149,7 +174,9 @@ class AutoDrafter(Drafter):
                 tokens = 1 + model_expected[k]
                 options.append((Decision(self.model.name, k, tokens), tokens / cost))
                 model_tries.append((Decision(self.model.name, k, tokens), (k + 1) / cost))
-            options += self._best_hybrid(min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX), k_cap, lookup_expected, lookup_survive, model_expected)
+            hybrid = best_hybrid(self.costs, self.model.pending_tokens, n_lookup, k_cap, lookup_expected, lookup_survive, model_expected)
+            if hybrid is not None:
+                options.append((Decision(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k), hybrid.rate))
         best, best_rate = max(options, key=lambda option: option[1])
         if self.model is not None and best.drafter in (self.model.name, HYBRID):
             self._since_explore, self._explore_every = 0, EXPLORE_FIRST
@@ -163,24 +190,6 @@ class AutoDrafter(Drafter):
             self._explore_every = min(EXPLORE_MAX, 2 * self._explore_every)
             return min(hopeful, key=lambda decision: decision.k)  # the cheapest try
         return best
-
-    def _best_hybrid(self, n_lookup: int, k_cap: int, lookup_expected: list[float], lookup_survive: list[float],
-                     model_expected: list[float]) -> list[tuple[Decision, float]]:
-        """The best of the first j ≤ n_lookup lookup tokens then m from the draft model, over every (j, m) under the cap,
-        from the acceptance curves decide() already has (none when there is no run to continue)."""
-        assert self.model is not None and self.costs.draft_ms_per_token is not None
-        best: tuple[float, int, int, float] | None = None  # rate, j, m, tokens
-        for j in range(1, n_lookup + 1):
-            catch_up = self.costs.draft_batch(self.model.pending_tokens + j)  # the settled text and the j tokens, one batch
-            for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
-                tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
-                rate = tokens / (catch_up + (m - 1) * self.costs.draft_ms_per_token + self.costs.verify(j + m + 1))
-                if best is None or rate > best[0]:
-                    best = (rate, j, m, tokens)
-        if best is None:
-            return []
-        rate, j, m, tokens = best
-        return [(Decision(HYBRID, j + m, tokens, lookup_k=j), rate)]
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k)
