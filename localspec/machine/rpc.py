@@ -1,9 +1,10 @@
 """Remote devices through llama.cpp's RPC backend: check a `ggml-rpc-server`, then add it to ggml's device list.
 
-Why a probe of our own before ggml sees an address: ggml's RPC client aborts the whole process when a server cannot
-be reached or speaks another protocol version (GGML_ABORT, no error code). So each server is first asked, over a
+Why a probe of our own before ggml sees an address: ggml's RPC client has no error to return for a server that cannot
+be reached or speaks another protocol version (its own build aborts the process; the one localspec builds marks the
+connection lost, and a load onto it would then fail with no word of why). So each server is first asked, over a
 plain socket and in the server's own protocol, for its version, its devices and their free memory; only a server
-that answers is handed to ggml. The same answers are what `localspec doctor --rpc` prints.
+that answers is handed to ggml, and one that does not is named in a clear error. The same answers are what `localspec doctor --rpc` prints.
 
 Once added, a server's devices are ordinary ggml devices (type GPU): the memory planner counts their free memory
 like a local GPU's, and llama.cpp spreads the offloaded layers over them. A server lost later, mid-answer, is seen by
