@@ -22,20 +22,7 @@ from localspec.session.history import History
 from localspec.session.settings import Settings, save_settings
 from localspec.tui.app import LocalspecApp
 from localspec.tui.settings_screen import SettingsScreen
-from tests.test_app import answers, ask, local_pair, wait_for
-
-
-def slow_after(n_tokens: int, seconds_per_token: float = 0.02) -> None:
-    """The real decoder, slowed after `n_tokens` (as in test_app.slow_after), so the kill lands mid-answer."""
-    generate = Decoder.generate
-
-    def slowed(self, prompt, config, cancel=None):  # type: ignore[no-untyped-def]
-        for i, event in enumerate(generate(self, prompt, config, cancel)):
-            if i >= n_tokens and cancel is not None:
-                cancel.wait(seconds_per_token)
-            yield event
-
-    Decoder.generate = slowed  # type: ignore[method-assign]
+from tests.test_app import answers, ask, local_pair, slowed_generate, wait_for
 
 
 async def drive(root: Path, target: Path, draft: Path, endpoint: str, server_pid: int) -> dict:
@@ -72,6 +59,6 @@ async def drive(root: Path, target: Path, draft: Path, endpoint: str, server_pid
 
 
 if __name__ == "__main__":
-    slow_after(40)
+    Decoder.generate = slowed_generate(40)  # type: ignore[method-assign]  # so the kill lands mid-answer
     root, target, draft, endpoint, pid = sys.argv[1:6]
     print(json.dumps(asyncio.run(drive(Path(root), Path(target), Path(draft), endpoint, int(pid)))))

@@ -109,10 +109,10 @@ async def test_a_prompt_streams_the_targets_own_text_and_the_statistics(setup: S
     assert stored[1].pair_id == "tiny" and stored[1].settings["max_tokens"] == 40
 
 
-def slow_after(monkeypatch: pytest.MonkeyPatch, n_tokens: int, seconds_per_token: float = 0.02) -> None:
-    """The real decoder, slowed after `n_tokens` to one token per `seconds_per_token` until the user cancels: a key
-    press then always lands mid-answer, however fast the machine decodes (the tiny pair can otherwise finish
-    thousands of tokens between two polls of the test)."""
+def slowed_generate(n_tokens: int, seconds_per_token: float = 0.02):  # type: ignore[no-untyped-def]
+    """The real decoder's generate, slowed after `n_tokens` to one token per `seconds_per_token` until the user
+    cancels: a key press (or a killed server) then always lands mid-answer, however fast the machine decodes (the
+    tiny pair can otherwise finish thousands of tokens between two polls of the test)."""
     generate = Decoder.generate
 
     def slowed(self, prompt, config, cancel=None):  # type: ignore[no-untyped-def]
@@ -121,7 +121,11 @@ def slow_after(monkeypatch: pytest.MonkeyPatch, n_tokens: int, seconds_per_token
                 cancel.wait(seconds_per_token)
             yield event
 
-    monkeypatch.setattr(Decoder, "generate", slowed)
+    return slowed
+
+
+def slow_after(monkeypatch: pytest.MonkeyPatch, n_tokens: int) -> None:
+    monkeypatch.setattr(Decoder, "generate", slowed_generate(n_tokens))
 
 
 @run_async

@@ -124,24 +124,30 @@ def test_an_unreachable_or_malformed_address_is_a_clear_error(tiny, rpc_built):
     assert malformed.returncode == 2 and "'myhost' is not an RPC server address: give HOST:PORT" in malformed.stderr
 
 
-def test_a_port_that_is_not_an_rpc_server_is_named_as_such():
-    """Something else listens there (a web server, say): it answers, but not in the protocol."""
+@contextmanager
+def one_answer_peer(request_size: int, answer: bytes) -> Iterator[str]:
+    """Something listening on loopback that reads one request of `request_size` bytes, sends `answer`, and closes."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
-        endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
 
-        def answer_like_a_web_server() -> None:
+        def answer_once() -> None:
             connection, _ = listener.accept()
             with connection:
-                connection.recv(64)
-                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                connection.recv(request_size)
+                connection.sendall(answer)
 
-        thread = threading.Thread(target=answer_like_a_web_server)
+        thread = threading.Thread(target=answer_once)
         thread.start()
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+        thread.join()
+
+
+def test_a_port_that_is_not_an_rpc_server_is_named_as_such():
+    """Something else listens there (a web server, say): it answers, but not in the protocol."""
+    with one_answer_peer(64, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n") as endpoint:
         with pytest.raises(rpc.RpcError, match="answered, but not as a ggml-rpc-server"):
             rpc.probe(endpoint)
-        thread.join()
 
 
 def test_rpc_build_refuses_a_file_that_is_not_the_sources(tmp_path):
@@ -207,23 +213,10 @@ def test_a_server_lost_mid_stream_ends_that_answer_and_the_server_goes_on(tiny, 
 def test_a_server_of_another_protocol_version_is_named_with_both_versions(rpc_built):
     """A server from another llama.cpp answers HELLO with its own version; the probe says which, before ggml sees it."""
     expected = rpc_build.protocol_version()
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
-
-        def answer_hello_as_another_version() -> None:
-            connection, _ = listener.accept()
-            with connection:
-                connection.recv(1 + 8 + 24)
-                reply = struct.pack("<BBB", expected[0] + 1, 0, 0) + bytes(1 + 24)
-                connection.sendall(struct.pack("<Q", len(reply)) + reply)
-
-        thread = threading.Thread(target=answer_hello_as_another_version)
-        thread.start()
+    reply = struct.pack("<BBB", expected[0] + 1, 0, 0) + bytes(1 + 24)  # version, a pad byte, the capability bytes
+    with one_answer_peer(1 + 8 + 24, struct.pack("<Q", len(reply)) + reply) as endpoint:
         with pytest.raises(rpc.RpcError, match=rf"speaks protocol {expected[0] + 1}\.0\.0; this llama.cpp speaks {expected[0]}\.{expected[1]}"):
             rpc.probe(endpoint)
-        thread.join()
 
 
 def test_the_app_keeps_a_lost_answer_and_goes_on_without_the_server(tiny, rpc_built, tmp_path):

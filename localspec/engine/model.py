@@ -380,16 +380,14 @@ class Model:
         start = time.perf_counter_ns()
         rc = llama_cpp.llama_decode(self._ctx, batch)
         self.decode_ns += time.perf_counter_ns() - start
+        outputs = sum(1 for wants in wants_logits if wants)
+        pointer = llama_cpp.llama_get_logits(self._ctx) if rc == 0 and outputs else None  # waits for the decode...
+        device_faults.raise_if_lost()  # ...so a device lost until then is seen before a row is read (or explains rc)
         if rc != 0:
-            device_faults.raise_if_lost()  # a lost device explains a failed decode best
             raise EngineError(self._decode_failure_message(rc, n))
         self.n_decoded += n
-        outputs = sum(1 for wants in wants_logits if wants)
-        if outputs == 0:
-            device_faults.raise_if_lost()
+        if pointer is None:
             return None
-        pointer = llama_cpp.llama_get_logits(self._ctx)  # waits for the decode: a device can be lost until here
-        device_faults.raise_if_lost()
         return np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab))
 
     def _decode_failure_message(self, rc: int, n: int) -> str:

@@ -37,9 +37,8 @@ def plan_pair_on_devices(target: Path, draft: Path | None, n_ctx: int, target_gp
     target_devices = draft_devices = None
     if any(device.is_remote for device in info.devices):
         chosen = [d for d in info.devices if not d.is_remote or d.description in endpoints]
-        if not any(d.is_gpu for d in chosen):  # a CPU build whose servers were all left out: plan for the CPU
-            info = replace(info, devices=chosen, gpu_offload=False, backend="CPU")
-        info = replace(info, devices=chosen)
+        gpu = any(d.is_gpu for d in chosen)  # none: a CPU build whose servers were all left out plans for the CPU
+        info = replace(info, devices=chosen, gpu_offload=info.gpu_offload and gpu, backend=info.backend if gpu else "CPU")
         local = tuple(d.handle for d in info.gpus if not d.is_remote)
         remote = tuple(d.handle for d in info.gpus if d.is_remote)
         target_devices, draft_devices = local + remote, local + (remote if draft_rpc else ())

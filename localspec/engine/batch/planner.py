@@ -26,6 +26,7 @@ from localspec.engine.drafters.auto.controller import (
     MODEL_K_MAX,
     ShadowRun,
     best_hybrid,
+    draft_label,
     match_class,
 )
 from localspec.engine.drafters.auto.costs import DECAY, CostTable
@@ -53,11 +54,7 @@ class Choice:
 
     @property
     def label(self) -> str:
-        if self.k == 0:
-            return "none"
-        if self.source == HYBRID:
-            return f"{HYBRID} K={self.lookup_k}+{self.k - self.lookup_k}"
-        return f"{self.source} K={self.k}"
+        return draft_label(self.source, self.k, self.lookup_k)
 
     @property
     def model_k(self) -> int:

@@ -83,6 +83,15 @@ def best_hybrid(costs: CostTable, pending: int, n_lookup: int, k_cap: int, looku
     return best
 
 
+def draft_label(drafter: str, k: int, lookup_k: int) -> str:
+    """A step's choice as the statistics name it: none, "ngram K=3", "hybrid K=3+5" (lookup tokens + the model's)."""
+    if k == 0:
+        return "none"
+    if drafter == HYBRID:
+        return f"{HYBRID} K={lookup_k}+{k - lookup_k}"
+    return f"{drafter} K={k}"
+
+
 @dataclass(frozen=True)
 class Decision:
     drafter: str  # "none", "ngram", "hybrid" or the draft model's name
@@ -92,11 +101,7 @@ class Decision:
 
     @property
     def label(self) -> str:
-        if self.k == 0:
-            return "none"
-        if self.drafter == HYBRID:
-            return f"{HYBRID} K={self.lookup_k}+{self.k - self.lookup_k}"
-        return f"{self.drafter} K={self.k}"
+        return draft_label(self.drafter, self.k, self.lookup_k)
 
 
 @dataclass
