@@ -19,7 +19,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.engine import defaults, device_faults, hardware, llama_log
+from localspec.engine import amx, defaults, device_faults, hardware, llama_log
 from localspec.engine.errors import EngineError, ModelLoadError
 
 GGUF_MAGIC = b"GGUF"
@@ -35,6 +35,8 @@ def _init_backend() -> None:
         if not _backend_ready:
             llama_log.install()
             llama_cpp.llama_backend_init()
+            llama_cpp.llama_supports_gpu_offload()  # loads dynamically built backends (the CPU's among them) first
+            amx.keep_weights_off_amx()  # before any weight is placed: see amx.py (a GCC 12 build faults in AMX matmuls)
             _backend_ready = True
 
 

@@ -9,12 +9,11 @@ memory read here is the free memory llama.cpp will see.
 from __future__ import annotations
 
 import ctypes
-import functools
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import llama_cpp
-from llama_cpp._ctypes_extensions import load_shared_library
+
+from localspec.engine.ggml_library import ggml_library
 
 # ggml-backend.h's enum ggml_backend_dev_type, in order
 _KINDS = ("CPU", "GPU", "iGPU", "accelerator", "meta")
@@ -37,38 +36,6 @@ class BackendDevice:
     def is_remote(self) -> bool:
         """A ggml-rpc-server's device (--rpc): GPU-type to ggml, but on another machine."""
         return self.name.startswith("RPC")
-
-
-@functools.cache
-def ggml_library() -> ctypes.CDLL:
-    """The libggml that libllama uses (from llama_cpp's directory, so LLAMA_CPP_LIB_PATH applies too), with the
-    prototypes of the device and backend-registry functions localspec calls.
-
-    The wheel holds libggml.so and libggml.so.0 as two files, not a link: loading the first would start a second
-    ggml with a registry of its own, where an added RPC server is invisible to llama.cpp. libllama links the second.
-    """
-    base = Path(llama_cpp.llama_cpp._base_path)
-    linked = next((base / name for name in ("libggml.so.0", "libggml.0.dylib") if (base / name).is_file()), None)
-    lib = ctypes.CDLL(str(linked), mode=ctypes.RTLD_GLOBAL) if linked else load_shared_library("ggml", base)
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    for text_function in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
-        text_function.argtypes = [ctypes.c_void_p]
-        text_function.restype = ctypes.c_char_p
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    lib.ggml_backend_dev_memory.restype = None
-    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
-    lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_load.restype = ctypes.c_void_p
-    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_register.restype = None
-    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    return lib
 
 
 def backend_devices() -> list[BackendDevice]:

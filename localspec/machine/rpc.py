@@ -20,9 +20,9 @@ import struct
 from dataclasses import dataclass
 
 from localspec.engine import device_faults
+from localspec.engine.ggml_library import ggml_library
 from localspec.errors import LocalspecError, UsageError
 from localspec.machine import rpc_build, rpc_client_patch
-from localspec.machine.ggml_devices import ggml_library
 
 # ggml-rpc.cpp's commands (enum rpc_cmd) and the HELLO request's capability bytes (RPC_CONN_CAPS_SIZE)
 _CMD_GET_DEVICE_MEMORY, _CMD_HELLO, _CMD_DEVICE_COUNT = 11, 14, 15
