@@ -1,4 +1,5 @@
-"""Several slots in one batch: each request's output is what it is alone, cancelled slots free their cells, nothing is lost.
+"""Several slots in one batch: each request's output is what it is alone, cancelled slots free their answers' cells,
+nothing is lost.
 
 The scheduler runs real llama.cpp on the tiny models (the real pair: tests/test_batch_real.py).
 """
@@ -64,23 +65,54 @@ def test_one_target_pass_per_step_for_every_slot(tiny):
         assert max(len(seqs) for seqs in draft_calls) == 4  # and the draft drafted all four together
 
 
-def test_a_cancelled_slot_frees_its_cells_and_the_others_do_not_change(tiny, alone):
+def test_a_cancelled_slot_frees_its_answers_cells_keeps_its_prompt_and_the_others_do_not_change(tiny, alone):
+    """A client that leaves takes its answer's cells with it at once; its prompt's stay as the slot's cache (editors cancel
+    at every keystroke, and the next request shares the file), and that request reads only what is new."""
     with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
         scheduler = engine.batch(4)
         jobs = [(prompt, GenerationConfig(max_tokens=40, draft_max=3), "auto") for prompt in prompts(engine)[:4]]
-        freed = []
+        held = []
 
         def leave(step: int, collected: list[Collected]) -> None:
             if step == 3:
+                held.append(engine.target.cells_held(scheduler.slots[1].seq))
                 collected[1].cancel.set()
-            if step == 4:  # the step after the client left: its cells are gone already
-                freed.append(engine.target.cells_held(scheduler.slots[1].seq))
+            if step == 4:  # the step after the client left: its answer's cells are gone already
+                held.append(engine.target.cells_held(scheduler.slots[1].seq))
 
         results = run_batch(scheduler, jobs, leave)
-        assert freed == [0] and engine.draft.cells_held(scheduler.slots[1].seq) == 0
+        prompt, slot = jobs[1][0], scheduler.slots[1]
+        assert held[0] > len(prompt) and held[1] == len(prompt)  # it had answered; now only the prompt is left
+        assert slot.cached == prompt
+        assert engine.draft.cells_held(slot.seq) == len(slot.draft_cached) and slot.draft_cached == prompt[: len(slot.draft_cached)]
         assert results[1].run.finished.reason is StopReason.CANCELLED
         for i in (0, 2, 3):
             assert_lossless(alone[i], results[i].run, label=f"prompt {i} beside a cancelled slot")
+        again = run_batch(scheduler, [jobs[1]])[0].run
+        assert again.finished.stats.cache_n == len(prompt) - 1  # the cancelled request's prompt, found in its slot
+        assert_lossless(alone[1], again, label="the cancelled prompt, asked again")
+
+
+def test_a_request_shares_the_cells_of_a_busy_slot_that_holds_its_prompt(tiny, alone):
+    """An autocomplete request comes while the one before it still runs: it borrows that slot's cells for the shared
+    prefix (reads only its last token) and both write what they write alone; every slot's cells match its bookkeeping."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        scheduler = engine.batch(4)
+        prompt, config = prompts(engine)[0], GenerationConfig(max_tokens=40, draft_max=3)
+        first, second = Collected(), Collected()
+        busy = scheduler.add(first.request(prompt, config, "auto"))
+        for _ in range(3):
+            scheduler.step()
+        assert busy.busy and len(busy.cached) > len(prompt)  # generating
+        borrower = scheduler.add(second.request(prompt, config, "model"))
+        assert borrower is not busy and borrower.cached == prompt[:-1]
+        while scheduler.busy:
+            scheduler.step()
+            for slot in scheduler.slots:
+                assert engine.target.cells_held(slot.seq) == len(slot.cached)
+        assert second.run.finished.stats.cache_n == len(prompt) - 1
+        assert_lossless(alone[0], first.run, label="the slot that lent its cells")
+        assert_lossless(alone[0], second.run, label="the slot that borrowed them")
 
 
 def test_a_burst_of_fifty_requests_over_eight_slots(tiny):

@@ -357,6 +357,11 @@ class Model:
                 "Speculative decoding needs a model whose cache can drop rejected tokens; run it without a draft."
             )
 
+    def share_cells(self, source: int, seq: int, n: int) -> None:
+        """Sequence `seq` takes sequence `source`'s cells for positions 0..n-1 (one cache's prefix lent to another slot: in a
+        unified cache the cells are tagged, not copied). `seq` must hold no cells there."""
+        llama_cpp.llama_memory_seq_cp(self._memory, source, seq, 0, n)
+
     def clear_cache(self) -> None:
         """Every sequence's cells gone: the multi-sequence scheduler starts from an empty cache."""
         llama_cpp.llama_memory_clear(self._memory, True)

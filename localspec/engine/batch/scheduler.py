@@ -10,8 +10,9 @@ The pass that reads a prompt's last token judges its first answer token, as the
 one-sequence decoder does: it waits for no draft.
 
 Each slot may use 1/N of the context (n_ctx over the slots), so no slot can take
-the cells another needs; a finished slot keeps its cells as a prompt cache, and
-the next request goes to the free slot whose cache shares its longest prefix.
+the cells another needs; a finished slot keeps its cells as a prompt cache (a
+cancelled one its prompt's), and a new request starts from the longest prefix any
+slot holds, busy or not, sharing that slot's cells.
 """
 
 from __future__ import annotations
@@ -105,10 +106,7 @@ class BatchScheduler:
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
         slot = self._slot_for(free, prompt[:-1])
-        keep = slot.shared_prefix(prompt[:-1])
-        if keep < len(slot.cached):
-            self.target.forget(slot.seq, keep)
-            del slot.cached[keep:]
+        keep = self._take_prefix(slot, prompt[:-1])
         if self.drafting is not None and request.drafter == "model":
             self.drafting.sync(slot, prompt[:-1])
         rng, seed = make_rng(request.config.sampling.seed)
@@ -143,8 +141,9 @@ class BatchScheduler:
     def _step(self) -> None:
         for slot in self.slots:
             if slot.generation is not None and slot.generation.request.cancel.is_set():
+                prompt = slot.generation.prompt
                 self._finish(slot, StopReason.CANCELLED)
-                self._free(slot)  # a client that left takes its cells with it, at once
+                self._keep_prompt_only(slot, prompt)  # a client that left takes its answer's cells with it, at once
         generating = [slot for slot in self.slots if slot.busy and not slot.prefilling and self._may_generate(slot)]
         reading = sorted((slot for slot in self.slots if slot.prefilling), key=lambda slot: slot.generation.arrival)
         if not generating and not reading:
@@ -250,6 +249,28 @@ class BatchScheduler:
             chunk *= 2
         return max(0, min(chunk, n_batch - n_verify))
 
+    def _take_prefix(self, slot: Slot, tokens: list[int]) -> int:
+        """Make the slot's caches hold the longest prefix of `tokens` that any slot holds, busy or not: its own, or another's
+        cells, which it then shares (a unified cache tags a cell with both sequences: nothing is copied or computed). An
+        autocomplete request that comes while the one before it still runs (its client left, or it is writing its last
+        tokens) finds that one's file this way instead of reading it again. How many tokens the target's cache holds."""
+        donor = max(self.slots, key=lambda other: other.shared_prefix(tokens))
+        keep = max(slot.shared_prefix(tokens), donor.shared_prefix(tokens))
+        if donor is not slot and donor.shared_prefix(tokens) > slot.shared_prefix(tokens):
+            self.target.forget(slot.seq)
+            self.target.share_cells(donor.seq, slot.seq, keep)
+            slot.cached = donor.cached[:keep]
+        elif keep < len(slot.cached):
+            self.target.forget(slot.seq, keep)
+            del slot.cached[keep:]
+        if self.drafting is not None:
+            lent = common_prefix(donor.draft_cached, tokens)
+            if donor is not slot and lent > common_prefix(slot.draft_cached, tokens):
+                self.drafting.model.forget(slot.seq)
+                self.drafting.model.share_cells(donor.seq, slot.seq, lent)
+                slot.draft_cached = donor.draft_cached[:lent]
+        return keep
+
     @staticmethod
     def _slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
         """The free slot whose cache holds most of `tokens`, if that is much of it; else the least recently used, so
@@ -335,6 +356,20 @@ class BatchScheduler:
         stats.t_llama_ms = generation.llama_ns / 1e6
         slot.generation = None
         emit(Finished(reason, stats, message))
+
+    def _keep_prompt_only(self, slot: Slot, prompt: Sequence[int]) -> None:
+        """Drop the slot's cells past its prompt (what it answered); the prompt's stay as its cache, as a finished slot's do.
+        Editors cancel the request in flight at every keystroke (llama.vim, llama.vscode), and the next one shares the file:
+        freeing the prompt too would make every request after a cancelled one read the whole file again."""
+        keep = common_prefix(slot.cached, prompt)
+        if keep < len(slot.cached):
+            self.target.forget(slot.seq, keep)
+            del slot.cached[keep:]
+        if self.drafting is not None:
+            keep_draft = common_prefix(slot.draft_cached, slot.cached)
+            if keep_draft < len(slot.draft_cached):
+                self.drafting.model.forget(slot.seq, keep_draft)
+                del slot.draft_cached[keep_draft:]
 
     def _free(self, slot: Slot) -> None:
         self.target.forget(slot.seq)
