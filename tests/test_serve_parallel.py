@@ -115,3 +115,15 @@ def test_native_responses_name_their_slot_as_slots_shows_it(server):
         assert status == 200 and 0 <= body["id_slot"] < 4
         rows = {row["id"]: row for row in server.request("GET", "/slots")[1]}
         assert rows[body["id_slot"]]["id_task"] == body["id_task"]
+
+
+def test_autocomplete_on_a_long_file_fits_its_slot(tiny, tmp_path):
+    """The fill-in-the-middle prompt is cut to the slot's share of the context, not the whole context's: a file longer
+    than a slot is answered (its prefix's end, its suffix's start), never refused as too long."""
+    with live_server(tmp_path, "--target", str(tiny["fim"]), "--parallel", "2", "--ctx-size", "512", "--drafter", "none") as live:
+        text = "the theater in the other room " * 200  # thousands of tokens before the cursor and after it
+        status, reply = live.request("POST", "/infill", {"input_prefix": text, "input_suffix": text, "n_predict": 4})
+        assert status == 200, reply
+        assert 200 < reply["timings"]["prompt_n"] <= 512 // 2 + 3  # half the slot's share, as /infill budgets it, and 3 FIM tokens
+        status, reply = live.request("POST", "/v1/completions", {"prompt": text, "suffix": text, "max_tokens": 4})
+        assert status == 200, reply

@@ -23,15 +23,18 @@ def _tokens(model: Model, text: str) -> list[int]:
     return model.tokenize(text, add_special=False, parse_special=False) if text else []
 
 
-def fim_prompt(model: Model, prefix: str, suffix: str, extra: Sequence[tuple[str, str]] = (), prompt: str = "") -> list[int]:
-    """The prompt that makes the model write what goes between `prefix` (+ `prompt`, the current line) and `suffix`."""
+def fim_prompt(model: Model, prefix: str, suffix: str, extra: Sequence[tuple[str, str]] = (), prompt: str = "",
+               n_ctx: int | None = None) -> list[int]:
+    """The prompt that makes the model write what goes between `prefix` (+ `prompt`, the current line) and `suffix`,
+    within `n_ctx`, the context one request may fill (a slot's share when slots share the model; default: all of it)."""
+    n_ctx = n_ctx or model.n_ctx
     fim = model.fim_tokens()
     if not {"pre", "suf", "mid"} <= fim.keys():
         raise FimUnsupportedError(
             f"{model.path.name} has no fill-in-the-middle tokens, so it cannot complete between a prefix and a suffix. "
             "Use a code model trained for it (Qwen2.5-Coder, CodeLlama, StarCoder2, DeepSeek-Coder...)."
         )
-    budget = model.n_ctx // 2
+    budget = n_ctx // 2
     prompt_tokens = _tokens(model, prompt)
     prefix_tokens = _tokens(model, prefix)[-(3 * budget // 4) :] if 3 * budget // 4 else []
     suffix_room = max(0, budget // 4 - 2 - len(prompt_tokens))
@@ -46,6 +49,6 @@ def fim_prompt(model: Model, prefix: str, suffix: str, extra: Sequence[tuple[str
             context += _tokens(model, text)
         if "sep" in fim:
             context += [fim["sep"], *_tokens(model, "filename\n")]
-        context = context[-(model.n_ctx // 4) :]  # the extra context yields first: the cursor's own file matters most
+        context = context[-(n_ctx // 4) :]  # the extra context yields first: the cursor's own file matters most
     bos = [model.bos] if model.add_bos and model.bos >= 0 else []
     return [*context, *bos, fim["pre"], *prefix_tokens, *prompt_tokens, fim["suf"], *suffix_tokens, fim["mid"]]

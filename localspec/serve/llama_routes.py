@@ -109,7 +109,7 @@ async def infill(body: InfillRequest, request: Request) -> Any:
     extra = [(chunk.filename, chunk.text) for chunk in body.input_extra]
 
     def build(model: Model) -> tuple[list[int], bool]:
-        return fim_prompt(model, body.input_prefix, body.input_suffix, extra, body.prompt), False
+        return fim_prompt(model, body.input_prefix, body.input_suffix, extra, body.prompt, state.request_context), False
 
     return await _native(state, request, body, build, body.n_predict, "infill", body.t_max_predict_ms)
 

@@ -137,7 +137,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         if isinstance(prompt, list):
             return [int(t) for t in prompt], False
         if body.suffix is not None:  # llama.cpp's server refuses `suffix`; editors send it for autocomplete
-            return fim_prompt(model, prompt, body.suffix), False
+            return fim_prompt(model, prompt, body.suffix, n_ctx=state.request_context), False
         return model.tokenize(prompt, add_special=True, parse_special=True), False  # clients send their own FIM templates
 
     job = state.worker.submit(state.generation_job("completion" + (", streamed" if body.stream else ""), drafter, build, config))

@@ -36,6 +36,12 @@ class ServerState:
     load_error: str | None = None
     slot_totals: dict[int, GenerationStats] = field(default_factory=dict)  # each slot's requests summed, for /slots
 
+    @property
+    def request_context(self) -> int:
+        """The context one request may fill: a slot's share of the target's (the whole of it with --parallel 1)."""
+        assert self.engine is not None
+        return self.engine.target.n_ctx // self.options.parallel
+
     def generation(self, request: SamplingFields, max_tokens: int | None) -> tuple[str, GenerationConfig]:
         """The drafter and the engine's settings for a request: its own fields, else the server's options."""
         assert self.engine is not None
