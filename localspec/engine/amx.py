@@ -27,8 +27,8 @@ _ExtraBuffersFunction = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes
 def cpu_weight_buffers() -> list[str]:
     """The names of the extra buffer types llama.cpp may place CPU weights in, in its order of preference."""
     lib = ggml_library()
-    entries = _extra_buffer_array()
-    return [] if entries is None else [lib.ggml_backend_buft_name(entry).decode() for entry in _entries(entries)]
+    array = _extra_buffer_array()
+    return [] if array is None else [lib.ggml_backend_buft_name(entry).decode() for entry in _entries(array)]
 
 
 def keep_weights_off_amx() -> bool:

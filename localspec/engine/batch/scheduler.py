@@ -255,21 +255,26 @@ class BatchScheduler:
         autocomplete request that comes while the one before it still runs (its client left, or it is writing its last
         tokens) finds that one's file this way instead of reading it again. How many tokens the target's cache holds."""
         donor = max(self.slots, key=lambda other: other.shared_prefix(tokens))
-        keep = max(slot.shared_prefix(tokens), donor.shared_prefix(tokens))
-        if donor is not slot and donor.shared_prefix(tokens) > slot.shared_prefix(tokens):
+        own, lent = slot.shared_prefix(tokens), donor.shared_prefix(tokens)  # lent > own: the donor is another slot
+        if lent > own:
             self.target.forget(slot.seq)
-            self.target.share_cells(donor.seq, slot.seq, keep)
-            slot.cached = donor.cached[:keep]
-        elif keep < len(slot.cached):
+            self.target.share_cells(donor.seq, slot.seq, lent)
+            slot.cached = donor.cached[:lent]
+        else:
+            self._cut(slot, own)
+        if self.drafting is not None:
+            lent_draft = common_prefix(donor.draft_cached, tokens)
+            if lent_draft > common_prefix(slot.draft_cached, tokens):
+                self.drafting.model.forget(slot.seq)
+                self.drafting.model.share_cells(donor.seq, slot.seq, lent_draft)
+                slot.draft_cached = donor.draft_cached[:lent_draft]
+        return max(own, lent)
+
+    def _cut(self, slot: Slot, keep: int) -> None:
+        """The slot's target cells past its first `keep` tokens go."""
+        if keep < len(slot.cached):
             self.target.forget(slot.seq, keep)
             del slot.cached[keep:]
-        if self.drafting is not None:
-            lent = common_prefix(donor.draft_cached, tokens)
-            if donor is not slot and lent > common_prefix(slot.draft_cached, tokens):
-                self.drafting.model.forget(slot.seq)
-                self.drafting.model.share_cells(donor.seq, slot.seq, lent)
-                slot.draft_cached = donor.draft_cached[:lent]
-        return keep
 
     @staticmethod
     def _slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
@@ -361,15 +366,9 @@ class BatchScheduler:
         """Drop the slot's cells past its prompt (what it answered); the prompt's stay as its cache, as a finished slot's do.
         Editors cancel the request in flight at every keystroke (llama.vim, llama.vscode), and the next one shares the file:
         freeing the prompt too would make every request after a cancelled one read the whole file again."""
-        keep = common_prefix(slot.cached, prompt)
-        if keep < len(slot.cached):
-            self.target.forget(slot.seq, keep)
-            del slot.cached[keep:]
+        self._cut(slot, common_prefix(slot.cached, prompt))
         if self.drafting is not None:
-            keep_draft = common_prefix(slot.draft_cached, slot.cached)
-            if keep_draft < len(slot.draft_cached):
-                self.drafting.model.forget(slot.seq, keep_draft)
-                del slot.draft_cached[keep_draft:]
+            self.drafting.sync(slot, slot.cached)  # the draft's cells past what the target keeps go too
 
     def _free(self, slot: Slot) -> None:
         self.target.forget(slot.seq)
