@@ -49,7 +49,7 @@ def test_named_drafters_are_not_second_guessed():
 def sure(planner: BatchPlanner) -> BatchPlanner:
     """Both have been right: copies that agree this far, and the draft model."""
     for _ in range(40):
-        planner.lookup_acceptance[16].observe(8, 8)
+        planner.lookup_acceptance.observe(20, 8, 8)
         planner.model_acceptance.observe(8, 8)
     return planner
 

@@ -9,6 +9,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.draft_model import ModelDrafter
@@ -43,6 +44,39 @@ def test_prompt_lookup_copies_the_occurrence_that_agrees_longest():
     drafter.start([1, 2, 3, 4, 9, 7, 3, 4, 8, 1, 2, 3, 4])
     # (3, 4) ends at 3 and at 7; the text before index 3 agrees with the end for 4 tokens, before 7 for only 2.
     assert drafter.lookup(3) == Lookup([9, 7, 3], 4)
+
+
+def test_a_copy_resumed_after_an_edit_is_judged_by_all_it_agrees():
+    """An edit (a renamed name, an inserted annotation) breaks the exact agreement; the source agrees again past it, so
+    the run that resumes the copy counts the stretch before the edit too, and wins over a coincidence of the same
+    length. Without a stretch that agrees past the edit, only the exact agreement counts."""
+    source = list(range(100, 130))  # no token repeats
+    drafter = NgramDrafter(n_min=2, n_max=2)
+    renamed = source[:12] + [7] + source[13:20]  # source[12] renamed to 7; copying resumed for 7 tokens
+    drafter.start(source + [1, 118, 119, 2] + renamed)  # (118, 119) also occurs once more, followed by 2
+    assert drafter.lookup(3) == Lookup(source[20:23], 7 + 12)
+    inserted = source[:12] + [7, 8, 9] + source[12:20]  # three tokens inserted, then the copy resumed for 8
+    drafter.start(source + inserted)
+    assert drafter.lookup(3) == Lookup(source[20:23], 8 + 12)
+    unrelated = [50, 51, 52, 53, 54, 55] + source[16:20]  # no stretch before the match agrees
+    drafter.start(source + unrelated)
+    assert drafter.lookup(3) == Lookup(source[20:23], 4)
+
+
+def test_a_copy_that_held_its_first_tokens_goes_on_alike_whatever_its_start():
+    """Past its first EARLY tokens, a copy's length is learned from every run: a class that never saw a long copy
+    expects one after another class's long copies showed how far copies go; its first positions stay its own."""
+    model = AgreementModel()
+    before_short, before_long = model.expected_accepted(2, 16), model.expected_accepted(8, 16)
+    for _ in range(30):
+        model.observe(match_length=20, n_drafted=16, n_accepted=16)  # long copies, all at 16+ agreement
+    assert model.expected_accepted(8, 16) > 1.3 * before_long
+    assert model.deep.rate(8) > 0.95
+    assert model.early[2].rate(0) == MATCH_CLASS_PRIORS[2]  # a 2-token coincidence is not judged by them
+    assert model.expected_accepted(2, 16) > before_short
+    for _ in range(30):
+        model.observe(match_length=2, n_drafted=16, n_accepted=0)  # 2-token matches keep failing at once
+    assert model.expected_accepted(2, 16) < 0.1 < model.expected_accepted(20, 16) - 10
 
 
 def test_lookup_memory_finds_the_last_requests_answer_which_the_new_prompt_lacks():
@@ -231,8 +265,8 @@ def test_auto_continues_a_short_sure_lookup_run_with_the_draft_model(tiny):
         controller = AutoDrafter(CostTable(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True), ModelDrafter(engine.draft, lazy_start=True))
         controller.start([1, 2, 3])
         for _ in range(40):  # both have been right: copies that agree this far, and the draft model
-            controller.acceptance[controller._lookup_key(16)].observe(8, 8)
-            controller.acceptance["model"].observe(8, 8)
+            controller.lookup_acceptance.observe(20, 8, 8)
+            controller.model_acceptance.observe(8, 8)
         short = controller.decide(8, Lookup([11, 12, 13], 20))  # the copy's source ends after three tokens
         assert (short.drafter, short.lookup_k, short.k, short.label) == ("hybrid", 3, 8, "hybrid K=3+5")
         assert controller.decide(8, Lookup(list(range(11, 19)), 20)).drafter == "ngram"  # a full run: lookup alone, free
@@ -309,7 +343,8 @@ def test_lookups_are_judged_even_on_the_steps_that_did_not_draft():
     controller = AutoDrafter(CostTable({1: 10.0, 2: 100.0, 3: 200.0}, fixed=True))  # verifying is so dear that it never drafts
     steps = replay(controller, list(range(100, 200)), list(range(100, 200)), k_cap=2)
     assert {k for k, _ in steps} == {0}
-    learned = [model for model in controller.acceptance.values() if model.tries]
+    lookup = controller.lookup_acceptance
+    learned = [model for model in (*lookup.early.values(), lookup.deep) if model.tries]
     assert learned and all(model.hits == model.tries for model in learned)  # the copy was seen to match all along
 
 

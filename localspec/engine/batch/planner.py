@@ -9,7 +9,7 @@ expected tokens over its expected time, one slot at a time given the others
 (coordinate ascent), starting from plain decoding for every slot: a plan is
 taken only where it beats that, so when the batch is big enough that drafting
 does not pay, nobody drafts. Acceptance is learned across slots and requests
-(one model for the draft model, one per lookup match class, as auto's).
+(one model for the draft model, one for lookup by its source's agreement, as auto's).
 """
 
 from __future__ import annotations
@@ -18,17 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.controller import (
-    EXPLORE_FIRST,
-    EXPLORE_MAX,
-    HYBRID,
-    MATCH_CLASS_PRIORS,
-    MODEL_K_MAX,
-    ShadowRun,
-    best_hybrid,
-    draft_label,
-    match_class,
-)
+from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun
+from localspec.engine.drafters.auto.controller import EXPLORE_FIRST, EXPLORE_MAX, HYBRID, MODEL_K_MAX, best_hybrid, draft_label
 from localspec.engine.drafters.auto.costs import DECAY, CostTable
 from localspec.engine.drafters.ngram import Lookup
 
@@ -70,7 +61,7 @@ class BatchPlanner:
         self.costs = costs
         self.has_draft_model = has_draft_model and costs.draft_ms_per_token is not None
         self.model_acceptance = AcceptanceModel(prior=0.7)
-        self.lookup_acceptance = {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()}
+        self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
         self._since_model = 0
         self._explore_every = EXPLORE_FIRST
@@ -111,15 +102,14 @@ class BatchPlanner:
         return PLAIN
 
     def _lookup_choice(self, lookup: Lookup, k: int) -> Choice:
-        acceptance = self.lookup_acceptance[match_class(lookup.match_length)]
-        return Choice("ngram", k, 1 + acceptance.expected_accepted(k))
+        return Choice("ngram", k, 1 + self.lookup_acceptance.expected_accepted(lookup.match_length, k))
 
     def _candidates(self, options: SlotOptions) -> list[Choice]:
         """Plain, each K of lookup and of the draft model, and the hybrid (j, m) that is best as a step of its own (one
         candidate, not all j x m: the ascent weighs it in the batch like the others)."""
         found = [PLAIN]
         n_lookup = min(options.cap, len(options.lookup.tokens))
-        lookup_expected, lookup_survive = self.lookup_acceptance[match_class(options.lookup.match_length)].prefix_curves(n_lookup)
+        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(options.lookup.match_length, n_lookup)
         found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
             model_expected, _ = self.model_acceptance.prefix_curves(min(options.cap, MODEL_K_MAX))
@@ -163,14 +153,14 @@ class BatchPlanner:
     def watch_lookup(self, shadows: list[ShadowRun], lookup: Lookup) -> None:
         """A lookup run is judged by the text that follows, whether it was drafted or not (it costs nothing to watch)."""
         if lookup.tokens:
-            shadows.append(ShadowRun(str(match_class(lookup.match_length)), list(lookup.tokens)))
+            shadows.append(ShadowRun(lookup.match_length, list(lookup.tokens)))
 
     def settle(self, shadows: list[ShadowRun], tokens: Sequence[int]) -> list[ShadowRun]:
         """The slot's new settled tokens judge its waiting lookup runs; those still undecided are returned."""
         undecided = []
         for shadow in shadows:
             if shadow.judge(tokens):
-                self.lookup_acceptance[int(shadow.key)].observe(len(shadow.tokens), shadow.matched)
+                shadow.teach(self.lookup_acceptance)
             else:
                 undecided.append(shadow)
         return undecided

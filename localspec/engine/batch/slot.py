@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.engine.decode import GenerationConfig
-from localspec.engine.drafters.auto.controller import ShadowRun
+from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.stats import GenerationStats

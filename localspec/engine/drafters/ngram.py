@@ -9,7 +9,10 @@ Of the earlier occurrences, the one whose preceding text agrees longest with
 the text before the cursor is copied, and that agreement (`match_length`) is
 reported with the run: a run copied from a place that matches the last 20
 tokens is far likelier to be right than one found by a 2-token coincidence,
-and the controller drafts long or not at all accordingly.
+and the controller drafts long or not at all accordingly. The agreement reaches
+across one small edit: where an answer edits what it copies (a renamed name, an
+added annotation), the copy resumes its source right after, and the stretch
+before the edit shows that it is a copy, not a coincidence.
 
 With a `LookupMemory`, earlier requests count too: an autocomplete after a
 keystroke finds the completion the last request wrote (which its own prompt
@@ -33,12 +36,14 @@ MATCH_CAP = 32  # agreement is measured up to this many tokens back...
 CANDIDATES = 8  # ...for this many of the most recent occurrences
 SEPARATOR = -1  # between remembered texts: no token equals it, so no n-gram, agreement or run crosses it
 MEMORY_TOKENS = 16384  # what a memory keeps; past it the older half is dropped
+EDIT_MAX = 8  # tokens an edit may replace or insert between two stretches that agree...
+REANCHOR = 6  # ...when this many agree again past it
 
 
 @dataclass(frozen=True)
 class Lookup:
     tokens: list[int] = field(default_factory=list)
-    match_length: int = 0  # tokens before the cursor that agree with the text before the copied run
+    match_length: int = 0  # tokens before the cursor that agree with the text before the copied run (across an edit)
 
 
 class NgramIndex:
@@ -56,12 +61,34 @@ class NgramIndex:
             for n in range(self.n_min, min(self.n_max, end + 1) + 1):
                 self.ends.setdefault(tuple(self.tokens[end + 1 - n : end + 1]), []).append(end)
 
-    def agreement(self, earlier: int, text: Sequence[int], end: int) -> int:
+    def exact_agreement(self, earlier: int, text: Sequence[int], end: int) -> int:
         """How many tokens ending at `earlier` here equal those ending at `end` in `text` (up to MATCH_CAP)."""
         tokens, length = self.tokens, 0
         while length < MATCH_CAP and earlier - length >= 0 and end - length >= 0 and tokens[earlier - length] == text[end - length]:
             length += 1
         return length
+
+    def agreement(self, earlier: int, text: Sequence[int], end: int) -> int:
+        """The exact agreement, plus the stretch that agrees before it past one small edit (a renamed name, an inserted
+        annotation): an edited copy resumes its source after each edit, where the exact agreement starts again from a
+        2-token coincidence and would judge the run as one."""
+        length = self.exact_agreement(earlier, text, end)
+        if length >= MATCH_CAP:
+            return length
+        tokens, before = self.tokens, 0
+        source_end, text_end = earlier - length, end - length  # the tokens that differ
+        for skip_source in range(EDIT_MAX + 1):
+            s = source_end - skip_source
+            if s < REANCHOR - 1:
+                break
+            anchor = tokens[s]
+            for skip_text in range(EDIT_MAX + 1):
+                t = text_end - skip_text
+                if t < REANCHOR - 1:
+                    break
+                if (skip_source or skip_text) and text[t] == anchor and (t > s or text is not tokens):  # not itself
+                    before = max(before, self.exact_agreement(s, text, t))
+        return min(MATCH_CAP, length + (before if before >= REANCHOR else 0))
 
 
 class LookupMemory(NgramIndex):

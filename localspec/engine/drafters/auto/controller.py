@@ -35,6 +35,7 @@ import numpy as np
 
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
@@ -47,15 +48,6 @@ EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to th
 MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
-# A lookup run is judged by how far its source agrees with the text before the cursor: each class (by the least
-# agreement it holds) learns its own acceptance, starting from these priors (what the bench's prompts showed). The
-# classes are fine where acceptance changes fast (a 3-token match is right half the time, an 8-token one 9 times in 10):
-# with coarse ones a 3-token match was judged with the 2s and never earned trust.
-MATCH_CLASS_PRIORS = {2: 0.4, 3: 0.5, 4: 0.6, 6: 0.7, 8: 0.8, 12: 0.85, 16: 0.9, 24: 0.9, 32: 0.9}
-
-
-def match_class(match_length: int) -> int:
-    return max((bound for bound in MATCH_CLASS_PRIORS if match_length >= bound), default=min(MATCH_CLASS_PRIORS))
 
 
 @dataclass(frozen=True)
@@ -104,25 +96,6 @@ class Decision:
         return draft_label(self.drafter, self.k, self.lookup_k)
 
 
-@dataclass
-class ShadowRun:
-    """A lookup run waiting for the text that follows it, which tells how much of it would have been accepted."""
-
-    key: str  # the acceptance model it informs
-    tokens: list[int]
-    matched: int = 0
-
-    def judge(self, tokens: Sequence[int]) -> bool:
-        """Compare the next settled tokens; True once the run is decided (a mismatch, or all of it matched)."""
-        for token in tokens:
-            if token != self.tokens[self.matched]:
-                return True
-            self.matched += 1
-            if self.matched == len(self.tokens):
-                return True
-        return False
-
-
 class AutoDrafter(Drafter):
     """Chooses, each step, between plain decoding, prompt lookup and the draft model, and how far to draft."""
 
@@ -135,20 +108,14 @@ class AutoDrafter(Drafter):
         self.model = model
         self.models = model.models if model is not None else ()
         self.ngram = ngram or NgramDrafter(memory=LookupMemory())
-        self.acceptance: dict[str, AcceptanceModel] = {
-            self._lookup_key(bound): AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()
-        }
-        if model is not None:
-            self.acceptance[model.name] = AcceptanceModel(prior=0.7)
+        self.lookup_acceptance = AgreementModel()
+        self.model_acceptance = AcceptanceModel(prior=0.7)
         self.last_decision = Decision("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
         self._model_drafted = 0  # tokens the draft model proposed this step (0: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
-
-    def _lookup_key(self, bound: int) -> str:
-        return f"{self.ngram.name} match>={bound}"
 
     def _drafters(self) -> list[Drafter]:
         return [d for d in (self.ngram, self.model) if d is not None]
@@ -164,13 +131,13 @@ class AutoDrafter(Drafter):
         plain = Decision("none", 0, 1.0)
         options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
         n_lookup = min(k_cap, len(lookup.tokens))
-        lookup_expected, lookup_survive = self.acceptance[self._lookup_key(match_class(lookup.match_length))].prefix_curves(n_lookup)
+        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup)
         for k in range(1, n_lookup + 1):
             tokens = 1 + lookup_expected[k]
             options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
         model_tries: list[tuple[Decision, float]] = []  # each with the rate it would reach if all were accepted
         if self.model is not None and self.costs.draft_ms_per_token is not None:
-            model_expected, _ = self.acceptance[self.model.name].prefix_curves(MODEL_K_MAX)
+            model_expected, _ = self.model_acceptance.prefix_curves(MODEL_K_MAX)
             # The draft first decodes the accepted text it has not seen, in one batch that also gives its first token
             # (after a drafting step, just the target's own token); each further token is a one-token step.
             catch_up = self.costs.draft_batch(max(1, self.model.pending_tokens))
@@ -199,7 +166,7 @@ class AutoDrafter(Drafter):
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k)
         if lookup.tokens:
-            self._shadows.append(ShadowRun(self._lookup_key(match_class(lookup.match_length)), lookup.tokens))
+            self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens))
         decision = self.decide(k, lookup)
         self.last_decision = decision
         self._model_drafted = self._model_after = 0
@@ -222,12 +189,12 @@ class AutoDrafter(Drafter):
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
         if self.model is not None and self._model_drafted and accepted >= self._model_after:
-            self.acceptance[self.model.name].observe(self._model_drafted, accepted - self._model_after)
+            self.model_acceptance.observe(self._model_drafted, accepted - self._model_after)
         self._model_drafted = self._model_after = 0
         undecided = []
         for shadow in self._shadows:
             if shadow.judge(tokens):
-                self.acceptance[shadow.key].observe(len(shadow.tokens), shadow.matched)
+                shadow.teach(self.lookup_acceptance)
             else:
                 undecided.append(shadow)
         self._shadows = undecided
