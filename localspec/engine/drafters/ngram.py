@@ -86,7 +86,8 @@ class NgramIndex:
                 t = text_end - skip_text
                 if t < REANCHOR - 1:
                     break
-                if (skip_source or skip_text) and text[t] == anchor and (t > s or text is not tokens):  # not itself
+                # In this index's own text, the agreeing stretch must come after its source, not be that source itself.
+                if (skip_source or skip_text) and text[t] == anchor and (t > s or text is not tokens):
                     before = max(before, self.exact_agreement(s, text, t))
         return min(MATCH_CAP, length + (before if before >= REANCHOR else 0))
 

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.engine.drafters.auto.costs import DECAY
+
+
+def prefix_curves(rates: Sequence[float]) -> tuple[list[float], list[float]]:
+    """For j = 0..len(rates), given each position's chance to survive when the ones before it did: the expected tokens
+    accepted among the first j, and the chance that all j are (one pass gives every K a controller weighs)."""
+    expected, survive = [0.0], [1.0]
+    for rate in rates:
+        survive.append(survive[-1] * rate)
+        expected.append(expected[-1] + survive[-1])
+    return expected, survive
 
 
 @dataclass
@@ -24,13 +35,7 @@ class AcceptanceModel:
         return self.prefix_curves(k)[0][k]
 
     def prefix_curves(self, k: int) -> tuple[list[float], list[float]]:
-        """For j = 0..k: the expected tokens accepted among the first j, and the chance that all j are (one pass gives
-        every K a controller weighs)."""
-        expected, survive = [0.0], [1.0]
-        for i in range(k):
-            survive.append(survive[-1] * self.rate(i))
-            expected.append(expected[-1] + survive[-1])
-        return expected, survive
+        return prefix_curves([self.rate(i) for i in range(k)])
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         while len(self.tries) < n_drafted:

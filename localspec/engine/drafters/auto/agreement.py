@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
 
 # The agreement classes (each holds the lengths from its bound to the next) and how often a run's first tokens hold,
 # assumed before any evidence (what the bench's prompts showed). Fine where the rate changes fast: a 3-token match is
@@ -40,14 +40,9 @@ class AgreementModel:
     deep: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(COPY_PRIOR))
 
     def prefix_curves(self, match_length: int, k: int) -> tuple[list[float], list[float]]:
-        """For j = 0..k, of a run starting at `match_length`: the expected tokens accepted among its first j, and the
-        chance that all j are (one pass gives every K a controller weighs)."""
+        """acceptance.prefix_curves of a run starting at `match_length`, k tokens long."""
         early = self.early[match_class(match_length)]
-        expected, survive = [0.0], [1.0]
-        for i in range(k):
-            survive.append(survive[-1] * (early.rate(i) if i < EARLY else self.deep.rate(i - EARLY)))
-            expected.append(expected[-1] + survive[-1])
-        return expected, survive
+        return prefix_curves([early.rate(i) if i < EARLY else self.deep.rate(i - EARLY) for i in range(k)])
 
     def expected_accepted(self, match_length: int, k: int) -> float:
         return self.prefix_curves(match_length, k)[0][k]
