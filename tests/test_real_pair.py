@@ -99,3 +99,23 @@ def test_sampling_is_reproducible_with_a_seed(engine):
     first, second = run(engine.speculative, prompt, config), run(engine.speculative, prompt, config)
     assert first.tokens == second.tokens
     assert first.finished.stats.draft_n_accepted > 0
+
+
+SOURCE = "def total(items):\n    x = 0\n    for item in items:\n        x = x + item\n    return x\n"
+
+
+def test_a_rename_in_real_tokens_is_drafted_after_its_first_use(engine):
+    """With the real tokenizer: an answer that renames `x` to `count` breaks its copy of the code once; from then on the
+    lookup drafts `count` wherever the source says `x`, so every later step's offer is the answer's next token."""
+    tokenize = lambda text: engine.target.tokenize(text, add_special=False)  # noqa: E731
+    answer = tokenize(SOURCE.replace(" x", " count"))
+    drafter = NgramDrafter()
+    drafter.start(prompt_for(engine, "Rename x to count:\n\n" + SOURCE))
+    missed = []
+    for position, token in enumerate(answer):
+        offered = drafter.lookup(8).tokens
+        if not offered or offered[0] != token:
+            missed.append(position)
+        drafter.advance([token])
+    first_use = answer.index(tokenize(" count")[0])
+    assert missed and max(missed) <= first_use + 1  # the first use, the guess past it at most; then the copy holds

@@ -95,7 +95,7 @@ class BatchPlanner:
 
     def _fixed(self, options: SlotOptions) -> Choice:
         """The choice of a slot whose request named its drafter (auto starts from plain decoding)."""
-        if options.drafter == "ngram" and options.lookup.tokens and options.cap:
+        if options.drafter == "ngram" and options.lookup.tokens and not options.lookup.resumed and options.cap:
             return self._lookup_choice(options.lookup, min(options.cap, len(options.lookup.tokens)))
         if options.drafter == "model" and self.has_draft_model and options.cap:
             return Choice("model", options.cap, 1 + self.model_acceptance.expected_accepted(options.cap))

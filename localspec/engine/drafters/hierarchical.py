@@ -21,7 +21,7 @@ class HierarchicalDrafter(LookupModelDrafter):
     name = "hierarchical"
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        lookup = self.ngram.lookup(k).tokens
+        lookup = self.ngram.agreeing_run(k)
         agreed = lookup[: self.model.agreed_prefix(lookup)]
         # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).
         return Draft.deterministic(agreed, sampling)

@@ -21,7 +21,7 @@ class HybridDrafter(LookupModelDrafter):
     name = "hybrid"
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        lookup = self.ngram.lookup(k).tokens
+        lookup = self.ngram.agreeing_run(k)
         if len(lookup) >= k:
             return Draft.deterministic(lookup, sampling)
         continuation = self.model.continue_after(lookup, k - len(lookup), p_min, sampling, rng)

@@ -27,23 +27,28 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
+from localspec.engine.drafters.edits import EDIT_MAX, MATCH_CAP, RESUMED, CopyTracker
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.tokens import common_prefix
 
 NGRAM_MIN = 2
 NGRAM_MAX = 4
-MATCH_CAP = 32  # agreement is measured up to this many tokens back...
-CANDIDATES = 8  # ...for this many of the most recent occurrences
+CANDIDATES = 8  # agreement (up to MATCH_CAP tokens back) is measured for this many of the most recent occurrences
 SEPARATOR = -1  # between remembered texts: no token equals it, so no n-gram, agreement or run crosses it
 MEMORY_TOKENS = 16384  # what a memory keeps; past it the older half is dropped
-EDIT_MAX = 8  # tokens an edit may replace or insert between two stretches that agree...
-REANCHOR = 6  # ...when this many agree again past it
+REANCHOR = 6  # an edit of up to EDIT_MAX tokens, replaced or inserted, is crossed when this many agree before it
 
 
 @dataclass(frozen=True)
 class Lookup:
     tokens: list[int] = field(default_factory=list)
     match_length: int = 0  # tokens before the cursor that agree with the text before the copied run (across an edit)
+
+    @property
+    def resumed(self) -> bool:
+        """A guess past an edit (its source from just after the edit), not a run whose source agrees with the text before:
+        auto judges it by its own record; the drafters that take every run leave it."""
+        return self.match_length == RESUMED
 
 
 class NgramIndex:
@@ -126,6 +131,7 @@ class NgramDrafter(Drafter):
         self.n_min, self.n_max = n_min, n_max
         self.memory = memory
         self._index = NgramIndex(n_min, n_max)
+        self._copy = CopyTracker()
 
     def start(self, prompt: Sequence[int]) -> None:
         """A new text; the last one (prompt and answer) goes into the memory, if there is one."""
@@ -133,18 +139,31 @@ class NgramDrafter(Drafter):
             self.memory.remember(self._index.tokens)
         self._index = NgramIndex(self.n_min, self.n_max)
         self._index.extend(prompt)
+        self._copy = CopyTracker()
 
     def forget_requests(self) -> None:
         self._index = NgramIndex(self.n_min, self.n_max)
+        self._copy = CopyTracker()
         if self.memory is not None:
             self.memory = LookupMemory(self.n_min, self.n_max, self.memory.max_tokens)
 
     def lookup(self, k: int) -> Lookup:
-        """Up to k tokens that followed the best earlier occurrence of the longest suffix seen before."""
+        """Up to k tokens that followed the best earlier occurrence of the longest suffix seen before, or the copy the
+        answer has been following (through its edits), where that agrees longer."""
+        if k <= 0 or not self._index.tokens:
+            return Lookup()
+        found = self._search()
+        offered, agreed = self._copy.offer(k, SEPARATOR)
+        if found is not None and (found[0] >= self._copy.standing() or not offered):
+            length, source, start = found
+            self._copy.follow(source, start, length)
+            offered, agreed = self._copy.offer(k, SEPARATOR)
+        return Lookup(offered, agreed) if offered else Lookup()
+
+    def _search(self) -> tuple[int, list[int], int] | None:
+        """The agreement, source text and start of the best run, if the last n_min tokens occurred before."""
         text = self._index.tokens
         end = len(text) - 1
-        if k <= 0 or end < 0:
-            return Lookup()
         for n in range(min(self.n_max, end + 1), self.n_min - 1, -1):
             gram = tuple(text[end + 1 - n : end + 1])
             own = [e for e in self._index.ends.get(gram, [])[-CANDIDATES - 1 :] if e < end][-CANDIDATES:]
@@ -157,18 +176,21 @@ class NgramDrafter(Drafter):
                           if e + 1 < len(remembered) and remembered[e + 1] != SEPARATOR]
             if found:
                 length, in_text, earlier = max(found)
-                if in_text:
-                    return Lookup(text[earlier + 1 : min(earlier + 1 + k, end + 1)], length)
-                run = self.memory.tokens[earlier + 1 : earlier + 1 + k]  # type: ignore[union-attr]
-                return Lookup(run[: run.index(SEPARATOR)] if SEPARATOR in run else run, length)
-        return Lookup()
+                source = text if in_text else self.memory.tokens  # type: ignore[union-attr]
+                return length, source, earlier + 1
+        return None
+
+    def agreeing_run(self, k: int) -> list[int]:
+        """The lookup's run unless it is a guess past an edit: what a drafter without a record of guesses drafts."""
+        lookup = self.lookup(k)
+        return [] if lookup.resumed else lookup.tokens
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        tokens = self.lookup(k).tokens
-        return Draft.deterministic(tokens, sampling)
+        return Draft.deterministic(self.agreeing_run(k), sampling)
 
     def advance(self, tokens: Sequence[int]) -> None:
         self._index.extend(tokens)
+        self._copy.advance(tokens, SEPARATOR)
 
 
 def build(sources: DraftSources) -> Drafter:

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
+from localspec.engine.drafters.edits import RESUMED
 
 # The agreement classes (each holds the lengths from its bound to the next) and how often a run's first tokens hold,
 # assumed before any evidence (what the bench's prompts showed). Fine where the rate changes fast: a 3-token match is
 # right half the time, an 8-token one 9 times in 10.
-MATCH_CLASS_PRIORS = {2: 0.4, 3: 0.5, 4: 0.6, 6: 0.7, 8: 0.8, 12: 0.85, 16: 0.9, 24: 0.9, 32: 0.9}
+MATCH_CLASS_PRIORS = {RESUMED: 0.3, 2: 0.4, 3: 0.5, 4: 0.6, 6: 0.7, 8: 0.8, 12: 0.85, 16: 0.9, 24: 0.9, 32: 0.9}
 EARLY = 4  # a run's first positions, judged by its class; past them, by every run's evidence together
 COPY_PRIOR = 0.9  # how often a copy that has held EARLY tokens goes on one more, before any evidence
 
