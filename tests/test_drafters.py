@@ -110,10 +110,24 @@ def test_a_rename_the_answer_does_not_repeat_is_forgotten_and_an_insertion_is_no
     offered = follow(drafter, once, 50)
     assert offered[24][1] == 7  # the second use was drafted renamed...
     assert offered[39][1] == NAME  # ...the answer kept it, so the third is drafted as the source has it
+    drafter.start([1, 2, *source, 3, 4])
+    follow(drafter, [source[30], source[31], 9], 3)  # a 2-token coincidence, then the answer goes its own way
+    assert drafter.lookup(8) == Lookup()  # no guess: that was no copy
     inserted = source[:10] + [7, 8] + source[10:]  # two tokens added before the name: a type annotation, say
     drafter.start([1, 2, *source, 3, 4])
     offered = follow(drafter, inserted, 30)
     assert offered[13:28] == [inserted[p : p + 8] for p in range(13, 28)]  # the copy resumed at once, and renamed nothing
+
+
+def test_whether_guesses_past_an_edit_pay_is_learned_anew_for_each_answer():
+    controller = AutoDrafter(CostTable(dict(CHEAP_BATCH_MS), fixed=True))
+    for _ in range(20):
+        controller.lookup_acceptance.observe(RESUMED, 8, 8)  # an answer that renames: every guess held
+        controller.lookup_acceptance.observe(20, 8, 8)
+    assert controller.lookup_acceptance.expected_accepted(RESUMED, 4) > 3
+    controller.start([1, 2, 3])  # the next answer may rewrite freely
+    assert controller.lookup_acceptance.early[RESUMED].rate(0) == MATCH_CLASS_PRIORS[RESUMED]
+    assert controller.lookup_acceptance.expected_accepted(20, 4) > 3  # what copies are like is kept
 
 
 def test_a_copy_that_held_its_first_tokens_goes_on_alike_whatever_its_start():

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 EDIT_MAX = 8  # source tokens an edit may replace (and, twice that, tokens it may write before the copy counts as lost)
+REANCHOR = 6  # a stretch that agrees this far shows a copy: an edit after one is an edit, not the end of a coincidence
 SMALL_EDIT = 3  # an edit of at most this many tokens keeps the copy's agreement from before it
 RESUMED = 1  # the agreement a run resumed past an edit reports: a class of its own (lookups agree on >= 2 tokens)
 MATCH_CAP = 32  # agreement is counted up to this many tokens back
@@ -63,8 +64,10 @@ class CopyTracker:
         RESUMED while the answer is inside an edit; ([], 0) when there is no copy to follow. `stop` ends a source run."""
         if self.edit is not None:
             anchor = self._anchor()
-            if len(self.edit.written) - (anchor.agreed if anchor else 0) > SMALL_EDIT:
-                return [], 0  # longer than a rename: the copy may have ended; a lookup that agrees will find it again
+            if self.edit.before < REANCHOR or len(self.edit.written) - (anchor.agreed if anchor else 0) > SMALL_EDIT:
+                # A departure from a short match (a coincidence, not a copy), or longer than a rename (the copy may have
+                # ended): no guess; a lookup that agrees will find the copy again.
+                return [], 0
             start = self.edit.at + anchor.skipped + anchor.agreed if anchor else self.edit.at + 1
             return self._run(start, k, stop), RESUMED
         if not self.source:
@@ -123,7 +126,8 @@ class CopyTracker:
             if anchor.skipped == 1 and replacement and replaced not in replacement:
                 self.substitutions[replaced] = tuple(replacement)
             self.next = edit.at + anchor.skipped + anchor.agreed
-            small = anchor.skipped <= SMALL_EDIT and len(replacement) <= SMALL_EDIT  # a rename, not a jump elsewhere
+            # A small edit of a real copy (a rename, not a jump elsewhere) keeps the agreement from before it.
+            small = anchor.skipped <= SMALL_EDIT and len(replacement) <= SMALL_EDIT and edit.before >= REANCHOR
             self.agreed = min(MATCH_CAP, (edit.before if small else 0) + anchor.agreed)
             self.edit = None
         elif len(edit.written) > 2 * EDIT_MAX:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
-from localspec.engine.drafters.edits import EDIT_MAX, MATCH_CAP, RESUMED, CopyTracker
+from localspec.engine.drafters.edits import EDIT_MAX, MATCH_CAP, REANCHOR, RESUMED, CopyTracker
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.tokens import common_prefix
 
@@ -36,7 +36,6 @@ NGRAM_MAX = 4
 CANDIDATES = 8  # agreement (up to MATCH_CAP tokens back) is measured for this many of the most recent occurrences
 SEPARATOR = -1  # between remembered texts: no token equals it, so no n-gram, agreement or run crosses it
 MEMORY_TOKENS = 16384  # what a memory keeps; past it the older half is dropped
-REANCHOR = 6  # an edit of up to EDIT_MAX tokens, replaced or inserted, is crossed when this many agree before it
 
 
 @dataclass(frozen=True)

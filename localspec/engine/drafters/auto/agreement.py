@@ -45,6 +45,10 @@ class AgreementModel:
         early = self.early[match_class(match_length)]
         return prefix_curves([early.rate(i) if i < EARLY else self.deep.rate(i - EARLY) for i in range(k)])
 
+    def forget_guesses(self) -> None:
+        """A new answer: whether guesses past its edits pay (it renames, or rewrites freely) is its own, learned anew."""
+        self.early[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
+
     def expected_accepted(self, match_length: int, k: int) -> float:
         return self.prefix_curves(match_length, k)[0][k]
 

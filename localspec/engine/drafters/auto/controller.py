@@ -124,6 +124,7 @@ class AutoDrafter(Drafter):
         for drafter in self._drafters():
             drafter.start(prompt)
         self._shadows = []
+        self.lookup_acceptance.forget_guesses()
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
 
