@@ -275,13 +275,14 @@ def test_after_a_tree_the_targets_cache_holds_exactly_the_settled_text(tiny):
     assert np.abs(probe - fresh).max() < 0.01 < np.abs(swapped - fresh).max()
 
 def auto_decisions(target, draft, tokens: int, costs: tuple[dict[int, float], float]) -> dict[str, int]:
-    """Real models and real acceptance; the costs are given (tiny models cost the same as their drafts)."""
+    """Real models and real acceptance; the costs are given (tiny models cost the same as their drafts). At p-min 0 the
+    draft always offers the K tokens it is asked for (the tiny models are rarely sure of any token)."""
     with Engine(EngineConfig(target, draft)) as engine:
         assert engine.draft is not None
         drafter = ModelDrafter(engine.draft, lazy_start=True)  # as the engine gives auto
         decoder = Decoder(engine.target, AutoDrafter(CostTable(dict(costs[0]), costs[1], fixed=True), drafter))
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
-        result = run(decoder, prompt, GenerationConfig(max_tokens=tokens, draft_max=8))
+        result = run(decoder, prompt, GenerationConfig(max_tokens=tokens, draft_max=8, draft_p_min=0.0))
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=tokens))
         assert_lossless(plain, result)
         return result.finished.stats.decisions
@@ -324,6 +325,21 @@ def test_a_draft_too_slow_for_its_target_is_never_tried(tiny):
         # Even all accepted, K draft tokens cost 9K + verify(K+1) > 10(K+1): not worth one exploring step.
         for _ in range(600):
             assert controller.decide(4, Lookup()).drafter == "none"
+
+
+def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
+    """Under p-min a draft may offer nothing: that step still paid its decode and gave no token, as a rejection does.
+    Rated only on what it offered, a draft mostly silent (on prose) looked good, and auto kept paying for it."""
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        assert engine.draft is not None
+        controller = AutoDrafter(CostTable(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True), ModelDrafter(engine.draft, lazy_start=True))
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
+        controller.start(prompt)
+        prior = controller.model_acceptance.rate(0)
+        draft = controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft is never that sure
+        assert controller.last_decision.drafter == "model" and draft.tokens == []
+        controller.advance([prompt[-1]])  # the target's own token, the only one the step gave
+        assert controller.model_acceptance.rate(0) < prior
 
 
 def test_auto_continues_a_short_sure_lookup_run_with_the_draft_model(tiny):

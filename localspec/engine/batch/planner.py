@@ -169,8 +169,8 @@ class BatchPlanner:
         """What the draft model's tokens showed: a hybrid's only where the target accepted the whole lookup part before them
         (else they were never judged); the lookup part teaches its match class through the shadows, as any run does."""
         model_drafted = n_drafted - choice.lookup_k
-        if model_drafted > 0 and n_accepted >= choice.lookup_k:
-            self.model_acceptance.observe(model_drafted, n_accepted - choice.lookup_k)
+        if n_accepted >= choice.lookup_k:  # a draft that offered nothing (under p-min) paid for no token: a first-position miss
+            self.model_acceptance.observe(max(1, model_drafted), n_accepted - choice.lookup_k)
 
     def observe_verify(self, n_tokens: int, ms: float) -> None:
         self.costs.observe_verify(n_tokens, ms)
