@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun
+from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
 from localspec.engine.drafters.auto.controller import EXPLORE_FIRST, EXPLORE_MAX, HYBRID, MODEL_K_MAX, best_hybrid, draft_label
 from localspec.engine.drafters.auto.costs import DECAY, CostTable
 from localspec.engine.drafters.ngram import Lookup
@@ -157,20 +157,13 @@ class BatchPlanner:
 
     def settle(self, shadows: list[ShadowRun], tokens: Sequence[int]) -> list[ShadowRun]:
         """The slot's new settled tokens judge its waiting lookup runs; those still undecided are returned."""
-        undecided = []
-        for shadow in shadows:
-            if shadow.judge(tokens):
-                shadow.teach(self.lookup_acceptance)
-            else:
-                undecided.append(shadow)
-        return undecided
+        return settle(shadows, tokens, self.lookup_acceptance)
 
     def observe_model(self, choice: Choice, n_drafted: int, n_accepted: int) -> None:
         """What the draft model's tokens showed: a hybrid's only where the target accepted the whole lookup part before them
         (else they were never judged); the lookup part teaches its match class through the shadows, as any run does."""
-        model_drafted = n_drafted - choice.lookup_k
-        if n_accepted >= choice.lookup_k:  # a draft that offered nothing (under p-min) paid for no token: a first-position miss
-            self.model_acceptance.observe(max(1, model_drafted), n_accepted - choice.lookup_k)
+        if n_accepted >= choice.lookup_k:
+            self.model_acceptance.observe_asked(n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
 
     def observe_verify(self, n_tokens: int, ms: float) -> None:
         self.costs.observe_verify(n_tokens, ms)

@@ -152,11 +152,13 @@ class NgramDrafter(Drafter):
         if k <= 0 or not self._index.tokens:
             return Lookup()
         found = self._search()
-        offered, agreed = self._copy.offer(k, SEPARATOR)
-        if found is not None and (found[0] >= self._copy.standing() or not offered):
-            length, source, start = found
-            self._copy.follow(source, start, length)
+        if found is None or found[0] < self._copy.standing():
             offered, agreed = self._copy.offer(k, SEPARATOR)
+            if offered or found is None:
+                return Lookup(offered, agreed) if offered else Lookup()
+        length, source, start = found  # it agrees as far as the copy followed, or that copy has nothing left
+        self._copy.follow(source, start, length)
+        offered, agreed = self._copy.offer(k, SEPARATOR)
         return Lookup(offered, agreed) if offered else Lookup()
 
     def _search(self) -> tuple[int, list[int], int] | None:

@@ -37,6 +37,12 @@ class AcceptanceModel:
     def prefix_curves(self, k: int) -> tuple[list[float], list[float]]:
         return prefix_curves([self.rate(i) for i in range(k)])
 
+    def observe_asked(self, n_drafted: int, n_accepted: int) -> None:
+        """A step that asked a drafter for tokens: one that offered none (a draft model unsure of its first token, under
+        p-min) paid its decode for no token, a miss at the first position. Left out, a draft mostly silent on prose was
+        rated by its few sure tokens, and kept being asked."""
+        self.observe(max(1, n_drafted), n_accepted)
+
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         while len(self.tries) < n_drafted:
             self.hits.append(0.0)

@@ -79,3 +79,14 @@ class ShadowRun:
 
     def teach(self, model: AgreementModel) -> None:
         model.observe(self.match_length, len(self.tokens), self.matched)
+
+
+def settle(shadows: Sequence[ShadowRun], tokens: Sequence[int], model: AgreementModel) -> list[ShadowRun]:
+    """The next settled tokens judge the waiting runs; each decided one teaches `model`, the undecided are returned."""
+    undecided = []
+    for shadow in shadows:
+        if shadow.judge(tokens):
+            shadow.teach(model)
+        else:
+            undecided.append(shadow)
+    return undecided

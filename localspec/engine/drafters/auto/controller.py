@@ -35,7 +35,7 @@ import numpy as np
 
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun
+from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
@@ -112,8 +112,7 @@ class AutoDrafter(Drafter):
         self.model_acceptance = AcceptanceModel(prior=0.7)
         self.last_decision = Decision("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
-        self._model_asked = False  # whether the draft model was asked this step...
-        self._model_drafted = 0  # ...and the tokens it proposed
+        self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self._since_explore = 0
         self._explore_every = EXPLORE_FIRST
@@ -171,7 +170,7 @@ class AutoDrafter(Drafter):
             self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens))
         decision = self.decide(k, lookup)
         self.last_decision = decision
-        self._model_asked, self._model_drafted, self._model_after = False, 0, 0
+        self._model_drafted, self._model_after = None, 0
         if self.model is not None and decision.drafter in (self.model.name, HYBRID):
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
             steps, step_ns = self.model.steps_decoded, self.model.step_ns
@@ -180,7 +179,7 @@ class AutoDrafter(Drafter):
             # time) is priced by draft_batch, and counting it here too would charge it twice.
             if self.model.steps_decoded > steps:
                 self.costs.observe_draft((self.model.step_ns - step_ns) / 1e6 / (self.model.steps_decoded - steps))
-            self._model_asked, self._model_drafted, self._model_after = True, len(continuation.tokens), len(run)
+            self._model_drafted, self._model_after = len(continuation.tokens), len(run)
             lookup_part = Draft.deterministic(run, sampling)
             draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
         else:
@@ -190,19 +189,10 @@ class AutoDrafter(Drafter):
 
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
-        if self._model_asked and accepted >= self._model_after:
-            # A draft that offered nothing (unsure of its first token, under p-min) paid its decode for no token: a miss at
-            # the first position. Left out, a draft mostly silent on prose was rated by its few sure tokens, and kept
-            # being asked.
-            self.model_acceptance.observe(max(1, self._model_drafted), accepted - self._model_after)
-        self._model_asked, self._model_drafted, self._model_after = False, 0, 0
-        undecided = []
-        for shadow in self._shadows:
-            if shadow.judge(tokens):
-                shadow.teach(self.lookup_acceptance)
-            else:
-                undecided.append(shadow)
-        self._shadows = undecided
+        if self._model_drafted is not None and accepted >= self._model_after:
+            self.model_acceptance.observe_asked(self._model_drafted, accepted - self._model_after)
+        self._model_drafted, self._model_after = None, 0
+        self._shadows = settle(self._shadows, tokens, self.lookup_acceptance)
         for drafter in self._drafters():
             drafter.advance(tokens)
 
