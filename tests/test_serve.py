@@ -231,9 +231,17 @@ def test_reasoning_and_calls_are_split_out_of_a_stream_piece_by_piece():
     assert "".join(d.reasoning for d in pieces) == "hm" and "".join(d.content for d in pieces) == "Hello <b>"
 
 
+def requests_completed(url: str) -> int:
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    return int(float(next(line.split()[1] for line in text.splitlines() if line.startswith("llamacpp:requests_total"))))
+
+
 def test_bench_serve_loads_the_server_with_concurrent_clients(server):
-    result = cli("bench-serve", server.url, "--clients", "1,2", "--requests", "1", "--max-tokens", "4", "--only", "code-writing")
+    before = requests_completed(server.url)
+    result = cli("bench-serve", server.url, "--clients", "1,2", "--rounds", "2", "--max-tokens", "4", "--only", "code-writing")
     assert result.returncode == 0, result.stderr
+    # The clients share the work: at each concurrency every prompt (2 code-writing ones) twice, plus one warm-up.
+    assert requests_completed(server.url) - before == 1 + 2 * (2 * 2)
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()}
     assert set(rows) == {"1", "2"} and all(row[-1] == "0" and float(row[1]) > 0 for row in rows.values()), result.stdout
     nobody = cli("bench-serve", "http://127.0.0.1:9", "--clients", "1")

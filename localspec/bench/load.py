@@ -1,9 +1,12 @@
 """`localspec bench-serve`: a running server loaded by 1, 2, 4, 8... concurrent clients sending the bench's prompts.
 
 Each client is a thread that streams its requests one after another, as an
-editor would; for each concurrency the report gives the aggregate rate (every
-token over the wall time), the mean per-client rate, and the time to first
-token. Works against any OpenAI-compatible server, llama.cpp's included, so the
+editor would, taking the next prompt from one shared queue: at every
+concurrency the same work is done (every prompt, `--rounds` times), so the
+rows compare like with like and each covers the whole prompt set, not the
+first few prompts. For each concurrency the report gives the aggregate rate
+(every token over the wall time), the mean per-client rate, and the time to
+first token. Works against any OpenAI-compatible server, llama.cpp's included, so the
 two can be compared side by side.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import statistics
 import threading
 import time
@@ -56,14 +60,22 @@ def stream_request(url: str, prompt: BenchPrompt, max_tokens: int, api_key: str 
         run.first_token_s.append(first)
 
 
-def measure(url: str, prompts: list[BenchPrompt], clients: int, requests_per_client: int, max_tokens: int,
+def measure(url: str, prompts: list[BenchPrompt], clients: int, rounds: int, max_tokens: int,
             api_key: str | None) -> tuple[float, float, float | None, int]:
-    """(aggregate tok/s, mean per-client tok/s, median time to first token, errors) for `clients` at once."""
+    """(aggregate tok/s, mean per-client tok/s, median time to first token, errors) for `clients` at once sending
+    every prompt `rounds` times between them."""
     runs = [ClientRun() for _ in range(clients)]
+    work: queue.SimpleQueue[BenchPrompt] = queue.SimpleQueue()
+    for prompt in prompts * rounds:
+        work.put(prompt)
 
     def client(index: int) -> None:
-        for r in range(requests_per_client):
-            stream_request(url, prompts[(index * requests_per_client + r) % len(prompts)], max_tokens, api_key, runs[index])
+        while True:
+            try:
+                prompt = work.get_nowait()
+            except queue.Empty:
+                return
+            stream_request(url, prompt, max_tokens, api_key, runs[index])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     start = time.perf_counter()
@@ -98,10 +110,11 @@ def run_bench_serve(args: argparse.Namespace) -> int:
     stream_request(args.url, prompts[0], 8, args.api_key, warm_up)  # not counted: a server's first request pays its own start-up
     if warm_up.errors:
         raise LocalspecError(f"The server at {args.url} refused a chat request ({warm_up.errors[0]}). Check the URL and --api-key.")
-    print(f"{args.url}: {args.requests} request(s) per client, {args.max_tokens} tokens max, temperature 0, streamed")
+    print(f"{args.url}: {len(prompts)} prompt(s) × {args.rounds} round(s) shared by the clients, {args.max_tokens} tokens max, "
+          "temperature 0, streamed")
     print(f"{'clients':>7}  {'aggregate tok/s':>15}  {'per client tok/s':>16}  {'first token (median)':>20}  errors")
     for clients in counts:
-        aggregate, per_client, first, errors = measure(args.url, prompts, clients, args.requests, args.max_tokens, args.api_key)
+        aggregate, per_client, first, errors = measure(args.url, prompts, clients, args.rounds, args.max_tokens, args.api_key)
         first_text = f"{first * 1000:.0f} ms" if first is not None else "-"
         print(f"{clients:>7}  {aggregate:>15.2f}  {per_client:>16.2f}  {first_text:>20}  {errors}", flush=True)
     return 0

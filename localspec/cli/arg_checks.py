@@ -43,7 +43,6 @@ RULES = (
     Rule("--draft-gpu-layers", _optional(lambda v: v >= -1), "a whole number of layers, or -1 for all"),
     Rule("--rounds", lambda v: v >= 1, "a whole number, 1 or more"),
     Rule("--port", lambda v: 1 <= v <= 65535, "a port number from 1 to 65535"),
-    Rule("--requests", lambda v: v >= 1, "a whole number, 1 or more"),
     Rule("--lines", _optional(lambda v: v >= 1), "a whole number, 1 or more"),
     Rule("--auto-max", _optional(lambda v: 1 <= v <= defaults.DRAFT_MAX_LIMIT), f"a whole number from 1 to {defaults.DRAFT_MAX_LIMIT}"),
 )

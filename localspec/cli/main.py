@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     load = commands.add_parser("bench-serve", help="load a running server with 1, 2, 4, 8... concurrent clients sending the bench's prompts")
     load.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080 (localspec serve, or llama.cpp's llama-server)")
     load.add_argument("--clients", default="1,2,4,8", help="comma-separated client counts (default 1,2,4,8)")
-    load.add_argument("--requests", type=int, default=2, help="requests each client sends, one after another (default 2)")
+    load.add_argument("--rounds", type=int, default=1,
+                      help="send every prompt this many times at each concurrency, the clients sharing them (default 1)")
     load.add_argument("--max-tokens", type=int, default=64)
     load.add_argument("--prompts", type=Path, help="JSONL prompt set (default: the bundled set)")
     load.add_argument("--only", help="comma-separated prompt ids or categories")

@@ -1,8 +1,11 @@
 """Issue 17's bars, measured side by side in one run: not a test, a measurement.
 
-All servers are started at once (the same pair, threads, slots and per-slot context), then at each concurrency
-they are loaded in turn, in an order that rotates, so that the machine's drift falls on all alike: 1, 2, 4 and 8
-concurrent streaming clients sending the bench's prompts at temperature 0 (`localspec bench-serve`'s measure):
+At each concurrency all servers are started afresh (the same pair, threads, slots and per-slot context), then
+loaded in turn, in an order that rotates, so that the machine's drift falls on all alike: 1, 2, 4 and 8 concurrent
+streaming clients sharing the bench's prompts at temperature 0 (`localspec bench-serve`'s measure). Fresh servers,
+because the same prompts come at every concurrency: a server that kept the last level's state would answer from it
+(llama-server's RAM prompt cache skips the prompts it has seen; our lookup memory copies the answers it gave), which
+measures the repetition, not the load:
 - localspec serve --parallel N with auto (its draft model and lookup), and with --drafter none;
 - llama.cpp's llama-server -np N with -md (its default draft settings), and without a draft.
 Run: .venv/bin/python -m tests.tools.parallel_bars --target T.gguf --draft D.gguf --llama-server BIN [--slots 8]
@@ -17,11 +20,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from localspec.bench.load import ClientRun, measure, stream_request
+from localspec.bench.results import BenchPrompt
 from localspec.bench.runner import load_prompts
 from tests.live_server import live_server
 from tests.tools.serve_bars import llama_server
 
 CTX_PER_SLOT = 4096
+WARM_UP = BenchPrompt("warm-up", "chat", "Say hello.")
 
 
 @contextmanager
@@ -39,8 +44,8 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, required=True)
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--clients", default="1,2,4,8")
-    parser.add_argument("--requests", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int, default=128)  # as the bench and the one-client bars
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated server names to run")
     args = parser.parse_args()
@@ -56,18 +61,18 @@ def main() -> None:
     wanted = [name.strip() for name in args.only.split(";") if name.strip()]
     chosen = {name: start for name, start in servers.items() if not wanted or name in wanted}
     results: dict[str, dict[int, tuple[float, float, float | None, int]]] = {name: {} for name in chosen}
-    with ExitStack() as stack:
-        urls = {name: stack.enter_context(start()) for name, start in chosen.items()}
-        for url in urls.values():
-            stream_request(url, prompts[0], 8, None, ClientRun())  # warm-up, not counted
-        for turn, clients in enumerate(counts):
+    for turn, clients in enumerate(counts):
+        with ExitStack() as stack:
+            urls = {name: stack.enter_context(start()) for name, start in chosen.items()}
+            for url in urls.values():
+                stream_request(url, WARM_UP, 8, None, ClientRun())  # not counted, and not one of the measured prompts
             names = list(urls)
             for name in names[turn % len(names):] + names[: turn % len(names)]:
-                results[name][clients] = measure(urls[name], prompts, clients, args.requests, args.max_tokens, None)
+                results[name][clients] = measure(urls[name], prompts, clients, args.rounds, args.max_tokens, None)
                 aggregate, per_client, first, errors = results[name][clients]
                 print(f"{name:32} {clients} clients: {aggregate:6.2f} tok/s aggregate, {per_client:6.2f} per client, "
                       f"first token {first * 1000 if first else 0:.0f} ms, {errors} errors", flush=True)
-    print(f"\n{args.target.name} + {args.draft.name}, {args.threads} threads, {args.requests} requests per client, "
+    print(f"\n{args.target.name} + {args.draft.name}, {args.threads} threads, every prompt × {args.rounds} shared by the clients, "
           f"{args.max_tokens} tokens, temperature 0: aggregate tok/s")
     print(f"{'server':32} " + " ".join(f"{c:>8}" for c in counts))
     for name, row in results.items():

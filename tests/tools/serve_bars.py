@@ -7,7 +7,8 @@
 3. The time to first token of an autocomplete request sharing a 1,000-token prefix with the one before, over
    that of the first.
 
-Modes are interleaved prompt by prompt, every round, so drift falls on all alike.
+Modes are interleaved prompt by prompt, every round, so drift falls on all alike; each round starts fresh servers,
+so that no prompt is answered from what a server kept of its last sending.
 Run: .venv/bin/python -m tests.tools.serve_bars --target T.gguf --draft D.gguf [--llama-server BIN] [--rounds N]
 """
 
@@ -91,6 +92,7 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-autocomplete", action="store_true")
     args = parser.parse_args()
     prompts = load_prompts(None)
     totals: dict[str, list[float]] = {}  # mode -> [tokens, seconds]
@@ -100,33 +102,11 @@ def main() -> None:
         entry[0] += tokens
         entry[1] += seconds
 
-    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        served = stack.enter_context(live_server(Path(tmp), "--target", str(args.target), "--draft", str(args.draft),
-                                                 "--threads", str(args.threads)))
-        engine = stack.enter_context(Engine(EngineConfig(args.target, args.draft, n_threads=args.threads)))
-        modes: dict[str, Callable[[list[dict[str, str]]], tuple[int, float]]] = {}
-
-        def via_http(url: str) -> Callable[[list[dict[str, str]]], tuple[int, float]]:
-            def ask(messages: list[dict[str, str]]) -> tuple[int, float]:
-                data, seconds = post(url + "/v1/chat/completions", {"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0})
-                return data["usage"]["completion_tokens"], seconds
-            return ask
-
-        def in_process(messages: list[dict[str, str]]) -> tuple[int, float]:
-            start = time.perf_counter()
-            prompt = chat_prompt_tokens(engine.target, [Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
-            finished = [e for e in engine.decoder("auto").generate(prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))
-                        if isinstance(e, Finished)][0]
-            return finished.stats.predicted_n, time.perf_counter() - start
-
-        modes["localspec serve (auto)"] = via_http(served.url)
-        modes["in-process engine (auto), as generate"] = in_process
-        if args.llama_server:
-            modes["llama-server, no draft"] = via_http(stack.enter_context(llama_server(args.llama_server, args.target, None, args.threads)))
-            modes["llama-server -md (defaults)"] = via_http(stack.enter_context(llama_server(args.llama_server, args.target, args.draft, args.threads)))
-        for ask in modes.values():  # warm-up: each mode once (auto's costs, page cache)
-            ask([{"role": "user", "content": "Hello"}])
-        for round_index in range(args.rounds):
+    for round_index in range(args.rounds):
+        # Fresh servers and engine every round: a prompt sent again to the same server would be answered from what it
+        # kept (our lookup memory copies the answer it gave; llama-server's prompt cache skips the prompt).
+        with ExitStack() as stack:
+            modes = start_modes(stack, args)
             for prompt in prompts:
                 messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
                 order = list(modes.items())
@@ -136,18 +116,56 @@ def main() -> None:
                     add(name, tokens, seconds)
                 print(f"  round {round_index + 1}, {prompt.id}: done", file=sys.stderr, flush=True)
 
-        print(f"\nOne client, {len(prompts)} bench prompts x {args.rounds} round(s), temperature 0, {MAX_TOKENS} tokens max, "
-              f"{args.threads} threads; end-to-end tok/s (request to last byte)")
-        base = totals["in-process engine (auto), as generate"]
-        for name, (tokens, seconds) in totals.items():
-            rate = tokens / seconds
-            print(f"  {name:<40} {rate:6.2f} tok/s  {rate / (base[0] / base[1]):.3f}x in-process")
-        if args.llama_server:
-            ours = totals["localspec serve (auto)"][0] / totals["localspec serve (auto)"][1]
-            for name in ("llama-server, no draft", "llama-server -md (defaults)"):
-                print(f"  localspec serve / {name}: {ours / (totals[name][0] / totals[name][1]):.3f}")
+    print(f"\nOne client, {len(prompts)} bench prompts x {args.rounds} round(s), each round on fresh servers, temperature 0, "
+          f"{MAX_TOKENS} tokens max, {args.threads} threads; end-to-end tok/s (request to last byte)")
+    base = totals["in-process engine (auto), as generate"]
+    for name, (tokens, seconds) in totals.items():
+        rate = tokens / seconds
+        print(f"  {name:<40} {rate:6.2f} tok/s  {rate / (base[0] / base[1]):.3f}x in-process")
+    if args.llama_server:
+        ours = totals["localspec serve (auto)"][0] / totals["localspec serve (auto)"][1]
+        for name in ("llama-server, no draft", "llama-server -md (defaults)"):
+            print(f"  localspec serve / {name}: {ours / (totals[name][0] / totals[name][1]):.3f}")
+    if not args.skip_autocomplete:
+        autocomplete_bar(args)
 
-        # Autocomplete: a 1,000-token prefix, then the same prefix and a few more characters.
+
+def start_modes(stack: ExitStack, args: argparse.Namespace) -> dict[str, Callable[[list[dict[str, str]]], tuple[int, float]]]:
+    """localspec serve, the engine in-process and (given the binary) llama-server with and without a draft, warmed up."""
+    tmp = stack.enter_context(tempfile.TemporaryDirectory())
+    served = stack.enter_context(live_server(Path(tmp), "--target", str(args.target), "--draft", str(args.draft),
+                                             "--threads", str(args.threads)))
+    engine = stack.enter_context(Engine(EngineConfig(args.target, args.draft, n_threads=args.threads)))
+    modes: dict[str, Callable[[list[dict[str, str]]], tuple[int, float]]] = {}
+
+    def via_http(url: str) -> Callable[[list[dict[str, str]]], tuple[int, float]]:
+        def ask(messages: list[dict[str, str]]) -> tuple[int, float]:
+            data, seconds = post(url + "/v1/chat/completions", {"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0})
+            return data["usage"]["completion_tokens"], seconds
+        return ask
+
+    def in_process(messages: list[dict[str, str]]) -> tuple[int, float]:
+        start = time.perf_counter()
+        prompt = chat_prompt_tokens(engine.target, [Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
+        finished = [e for e in engine.decoder("auto").generate(prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))
+                    if isinstance(e, Finished)][0]
+        return finished.stats.predicted_n, time.perf_counter() - start
+
+    modes["localspec serve (auto)"] = via_http(served.url)
+    modes["in-process engine (auto), as generate"] = in_process
+    if args.llama_server:
+        modes["llama-server, no draft"] = via_http(stack.enter_context(llama_server(args.llama_server, args.target, None, args.threads)))
+        modes["llama-server -md (defaults)"] = via_http(stack.enter_context(llama_server(args.llama_server, args.target, args.draft, args.threads)))
+    for ask in modes.values():  # warm-up: each mode once (auto's costs, page cache), on a prompt that is not measured
+        ask([{"role": "user", "content": "Hello"}])
+    return modes
+
+
+def autocomplete_bar(args: argparse.Namespace) -> None:
+    """Autocomplete: a 1,000-token prefix, then the same prefix and a few more characters."""
+    with tempfile.TemporaryDirectory() as tmp, live_server(Path(tmp), "--target", str(args.target), "--draft", str(args.draft),
+                                                           "--threads", str(args.threads)) as served, \
+            Engine(EngineConfig(args.target, None, n_threads=args.threads)) as engine:
         ratios = []
         rng = random.Random(0)
         for trial in range(5):
