@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -503,6 +505,33 @@ def test_autos_draft_cost_leaves_out_the_catch_up_it_charges_separately(tiny):
         first, later = costs.draft_lessons[0], sorted(costs.draft_lessons[1:])
         assert len(later) >= 3
         assert first < 3 * later[len(later) // 2], costs.draft_lessons
+
+
+def test_every_short_draft_ask_teaches_autos_draft_cost_what_it_took(tiny):
+    """A K=1 ask is the catch-up batch alone: timing only the one-token steps after it, those asks taught nothing,
+    and their real cost (the decode, sampling, the p-min test) went unseen while auto kept choosing them."""
+    with Engine(EngineConfig(tiny["talkative"], tiny["talkative"])) as engine:
+        assert engine.draft is not None
+        costs = RecordingCosts(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True)  # the draft model always wins; units as given
+        model = ModelDrafter(engine.draft)
+        controller = AutoDrafter(costs, model)
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "Tell me a story.")])
+        asked_ns: list[int] = []
+        ask = model.continue_after
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter_ns()
+            try:
+                return ask(*args, **kwargs)
+            finally:
+                asked_ns.append(time.perf_counter_ns() - start)
+
+        model.continue_after = timed  # type: ignore[method-assign]
+        run(Decoder(engine.target, controller), prompt, GenerationConfig(max_tokens=30, draft_max=1, draft_p_min=0.0))
+    assert model.steps_decoded == 0  # every ask was its catch-up alone...
+    assert len(costs.draft_lessons) == len(asked_ns) >= 5  # ...and each one taught, about what it took
+    for lesson, ns in zip(costs.draft_lessons, asked_ns):
+        assert 0.5 * ns / 1e6 < lesson <= ns / 1e6 + 0.05  # the ask, give or take the time around the call
 
 
 def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):

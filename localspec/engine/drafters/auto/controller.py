@@ -27,6 +27,7 @@ answer wrote. Remembered runs are judged by the same agreement classes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losi
 EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to this
 MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
+CATCH_UP_TAUGHT = 4  # an ask whose catch-up is at most this long teaches the draft's per-token cost
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
 
 
@@ -173,12 +175,16 @@ class AutoDrafter(Drafter):
         self._model_drafted, self._model_after = None, 0
         if self.model is not None and decision.drafter in (self.model.name, HYBRID):
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
-            steps, step_ns = self.model.steps_decoded, self.model.step_ns
+            catch_up, steps, start = max(1, self.model.pending_tokens + len(run)), self.model.steps_decoded, time.perf_counter_ns()
             continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
-            # Only the one-token steps teach the per-token cost: the catch-up batch (the whole prompt, the first
-            # time) is priced by draft_batch, and counting it here too would charge it twice.
-            if self.model.steps_decoded > steps:
-                self.costs.observe_draft((self.model.step_ns - step_ns) / 1e6 / (self.model.steps_decoded - steps))
+            # The whole ask teaches the per-token cost, sampling and the p-min test included, in the units decide()
+            # prices it in: the catch-up as draft_batch scales it, then one per further step. Timing the one-token
+            # steps alone, a K=1 ask (its catch-up gives its token) or one silent after its catch-up taught nothing,
+            # though on prose most asks are such. A long catch-up (the prompt, after a lazy start) does not teach:
+            # draft_batch only approximates how the draft's own batches scale.
+            if catch_up <= CATCH_UP_TAUGHT:
+                units = max(1.0, self.costs.verify(catch_up) / self.costs.verify(1)) + self.model.steps_decoded - steps
+                self.costs.observe_draft((time.perf_counter_ns() - start) / 1e6 / units)
             self._model_drafted, self._model_after = len(continuation.tokens), len(run)
             lookup_part = Draft.deterministic(run, sampling)
             draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)

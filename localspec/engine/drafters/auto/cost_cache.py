@@ -25,7 +25,7 @@ from localspec.engine.drafters.auto.costs import CostTable
 if TYPE_CHECKING:
     from localspec.engine.model import Model
 
-FORMAT = 1  # bumped when the table's meaning changes: older files are then ignored
+FORMAT = 2  # bumped when the table's meaning changes: older files are then ignored (2: a draft token's cost includes its ask's sampling)
 
 
 def _file_identity(model: Model) -> str:
