@@ -6,8 +6,8 @@ concurrency the same work is done (every prompt, `--rounds` times), so the
 rows compare like with like and each covers the whole prompt set, not the
 first few prompts. For each concurrency the report gives the aggregate rate
 (every token over the wall time), the mean per-client rate, and the time to
-first token. Works against any OpenAI-compatible server, llama.cpp's included, so the
-two can be compared side by side.
+first token. Works against any OpenAI-compatible server, llama.cpp's included,
+so the two can be compared side by side.
 """
 
 from __future__ import annotations

@@ -164,14 +164,13 @@ def start_modes(stack: ExitStack, args: argparse.Namespace) -> dict[str, Callabl
 def autocomplete_bar(args: argparse.Namespace) -> None:
     """Autocomplete: a 1,000-token prefix, then the same prefix and a few more characters."""
     with tempfile.TemporaryDirectory() as tmp, live_server(Path(tmp), "--target", str(args.target), "--draft", str(args.draft),
-                                                           "--threads", str(args.threads)) as served, \
-            Engine(EngineConfig(args.target, None, n_threads=args.threads)) as engine:
+                                                           "--threads", str(args.threads)) as served:
         ratios = []
         rng = random.Random(0)
         for trial in range(5):
             lines = [f"def helper_{trial}_{i}(value):\n    return value * {rng.randint(2, 99)} + {i}\n\n" for i in range(60)]
             prefix = "".join(lines)
-            n = len(engine.target.tokenize(prefix, add_special=False))
+            n = len(post(served.url + "/tokenize", {"content": prefix})[0]["tokens"])  # the server's tokenizer: no second load
             first = first_token_seconds(served.url + "/infill", {"input_prefix": prefix, "input_suffix": "\n", "n_predict": 4})
             second = first_token_seconds(served.url + "/infill", {"input_prefix": prefix + "def main():\n    ", "input_suffix": "\n", "n_predict": 4})
             ratios.append(second / first)

@@ -174,4 +174,4 @@ class BatchPlanner:
     def observe_draft_pass(self, n_tokens: int, ms: float) -> None:
         """A draft pass of n tokens teaches the per-token draft cost, scaled back to one token as draft_batch scales it."""
         if self.costs.draft_ms_per_token is not None:
-            self.costs.observe_draft(ms * self.costs.verify(1) / self.costs.verify(n_tokens))
+            self.costs.observe_draft(ms / self.costs.batch_scale(n_tokens))

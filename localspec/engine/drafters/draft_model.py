@@ -10,7 +10,6 @@ whole verified batch in the draft; that is the cost saved here.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,9 +31,7 @@ class ModelDrafter(Drafter):
         self.lazy_start = lazy_start  # read the prompt only when first asked to draft (auto may never ask)
         self._pending: list[int] = []  # accepted tokens not yet in the draft's cache
         self._speculated: list[int] = []  # tokens in the cache past the accepted text (drafted, not yet judged)
-        # One-token draft steps, apart from catch-up batches: the per-token cost a controller learns.
-        self.steps_decoded = 0
-        self.step_ns = 0
+        self.steps_decoded = 0  # one-token draft steps, apart from catch-up batches: how a controller counts an ask
 
     def start(self, prompt: Sequence[int]) -> None:
         if self.lazy_start:  # the first draft catches up on the prompt, and pays for it then
@@ -68,9 +65,7 @@ class ModelDrafter(Drafter):
 
     def step(self, token: int) -> np.ndarray:
         """Decode one speculated token; the logits that follow it."""
-        start = time.perf_counter_ns()
         row = self._decode([token])[-1]
-        self.step_ns += time.perf_counter_ns() - start
         self.steps_decoded += 1
         self._speculated.append(token)
         return row

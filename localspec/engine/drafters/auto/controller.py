@@ -183,7 +183,7 @@ class AutoDrafter(Drafter):
             # though on prose most asks are such. A long catch-up (the prompt, after a lazy start) does not teach:
             # draft_batch only approximates how the draft's own batches scale.
             if catch_up <= CATCH_UP_TAUGHT:
-                units = max(1.0, self.costs.verify(catch_up) / self.costs.verify(1)) + self.model.steps_decoded - steps
+                units = max(1.0, self.costs.batch_scale(catch_up)) + self.model.steps_decoded - steps
                 self.costs.observe_draft((time.perf_counter_ns() - start) / 1e6 / units)
             self._model_drafted, self._model_after = len(continuation.tokens), len(run)
             lookup_part = Draft.deterministic(run, sampling)

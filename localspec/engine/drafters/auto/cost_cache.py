@@ -25,7 +25,8 @@ from localspec.engine.drafters.auto.costs import CostTable
 if TYPE_CHECKING:
     from localspec.engine.model import Model
 
-FORMAT = 2  # bumped when the table's meaning changes: older files are then ignored (2: a draft token's cost includes its ask's sampling)
+# Bumped when the table's meaning changes: older files are then ignored. 2: a draft token's cost includes its ask's sampling.
+FORMAT = 2
 
 
 def _file_identity(model: Model) -> str:

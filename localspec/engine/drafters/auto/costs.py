@@ -86,10 +86,14 @@ class CostTable:
         old = self.draft_ms_per_token
         self.draft_ms_per_token = ms_per_token if old is None else DECAY * old + (1 - DECAY) * ms_per_token
 
+    def batch_scale(self, n: int) -> float:
+        """A batch of n tokens in one-token costs, as the target's batches scale: how the draft's batches are priced too."""
+        return self.verify(n) / self.verify(1)
+
     def draft_batch(self, n: int) -> float:
-        """The draft's cost for a batch of n tokens (a catch-up): its one-token cost, scaled as the target's batches scale."""
+        """The draft's cost for a batch of n tokens (a catch-up): its one-token cost, scaled by batch_scale."""
         assert self.draft_ms_per_token is not None
-        return self.draft_ms_per_token * self.verify(n) / self.verify(1)
+        return self.draft_ms_per_token * self.batch_scale(n)
 
 
 def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = CALIBRATION_REPEATS) -> CostTable:
