@@ -1,21 +1,46 @@
-"""llama.cpp's AMX weight buffer is left out (localspec/engine/amx.py): a GCC 12 build faults in its batched matmul.
+"""llama.cpp's AMX weight buffer is kept only where this build's AMX matmul is sound (localspec/engine/amx.py).
 
-Each check runs in a child process: the list is the CPU backend's, once per process, and a fault must fail this test
-rather than end the suite. On a CPU with AMX and a build that has it, the real target's first batch crashed before.
+A GCC 12 build faults in the AMX batched matmul; a sound build runs it, and it is much faster there. Each check runs
+in a child process: the buffer list is the CPU backend's, once per process, and a fault must fail this test rather
+than end the suite. The verdict is held against what the build really does with the real target.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 CHILD_TIMEOUT_S = 300
+VERDICT = (
+    "import json\n"
+    "from localspec.engine import amx\n"
+    "v = amx.amx_verdict()\n"
+    "print(json.dumps({'offered': v.offered, 'sound': v.sound, 'reason': v.reason}))\n"
+)
+LONG_BATCH = (  # a 64-token batch: the AMX matmul runs for batches, a single token takes another kernel
+    "import json, sys\n"
+    "from localspec.engine import amx, model as model_module\n"
+    "if sys.argv[2] == 'keep-amx':\n"
+    "    model_module.amx.settle_amx = lambda: None\n"
+    "with model_module.Model(sys.argv[1], model_module.ModelConfig(n_ctx=512, n_threads=2)) as model:\n"
+    "    tokens = model.tokenize('def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n' * 4, add_special=False)[:64]\n"
+    "    rows = model.decode(tokens, outputs=2)\n"
+    "    print(json.dumps({'buffers': amx.cpu_weight_buffers(), 'rows': list(rows.shape), 'n': len(tokens)}))\n"
+)
 
 
-def run_child(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+def run_child(code: str, *args: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = os.environ | ({"XDG_CACHE_HOME": str(cache)} if cache else {})
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=env)
+
+
+def verdict(cache: Path) -> dict:
+    child = run_child(VERDICT, cache=cache)
+    assert child.returncode == 0, child.stderr
+    return json.loads(child.stdout)
 
 
 def test_amx_leaves_the_list_and_the_other_buffers_keep_their_order():
@@ -35,19 +60,40 @@ def test_amx_leaves_the_list_and_the_other_buffers_keep_their_order():
     assert seen["again"] is False  # nothing left to remove
 
 
-def test_the_real_target_reads_a_long_batch_without_faulting(real_models: tuple[Path, Path]):
-    """A 64-token batch is what faulted (the AMX matmul runs for batches, a single token takes another kernel)."""
+def test_the_verdict_is_what_the_build_does_with_the_real_target(real_models: tuple[Path, Path], tmp_path: Path):
+    """The probe's small matmul against the real target's long batch with AMX kept: a broken build must die there."""
     target, _ = real_models
-    child = run_child(
-        "import json, sys\n"
-        "from localspec.engine import amx\n"
-        "from localspec.engine.model import Model, ModelConfig\n"
-        "with Model(sys.argv[1], ModelConfig(n_ctx=512, n_threads=2)) as model:\n"
-        "    tokens = model.tokenize('def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n' * 4, add_special=False)[:64]\n"
-        "    rows = model.decode(tokens, outputs=2)\n"
-        "    print(json.dumps({'buffers': amx.cpu_weight_buffers(), 'rows': list(rows.shape), 'n': len(tokens)}))\n",
-        str(target),
-    )
+    seen = verdict(tmp_path)
+    kept = run_child(LONG_BATCH, str(target), "keep-amx", cache=tmp_path)
+    if not seen["offered"]:  # no AMX on this CPU or in this build: nothing to keep or to fault
+        assert kept.returncode == 0 and "AMX" not in json.loads(kept.stdout)["buffers"], kept.stderr[-2000:]
+    elif seen["sound"]:
+        assert kept.returncode == 0, f"exit {kept.returncode}: {kept.stderr[-2000:]}"
+        assert "AMX" in json.loads(kept.stdout)["buffers"]
+    else:  # this machine's GCC 12 wheel: the probe saw what the target's first batch does
+        assert kept.returncode < 0 or "wrong" in seen["reason"], (seen, kept.returncode)
+
+
+def test_the_engine_keeps_amx_exactly_where_it_is_sound(real_models: tuple[Path, Path], tmp_path: Path):
+    target, _ = real_models
+    child = run_child(LONG_BATCH, str(target), "settle", cache=tmp_path)
     assert child.returncode == 0, f"exit {child.returncode}: {child.stderr[-2000:]}"
-    seen = json.loads(child.stdout)
-    assert "AMX" not in seen["buffers"] and seen["n"] == 64 and seen["rows"][0] == 2
+    seen, used = json.loads(child.stdout), verdict(tmp_path)
+    assert ("AMX" in seen["buffers"]) == (used["offered"] and used["sound"])
+    assert seen["n"] == 64 and seen["rows"][0] == 2
+
+
+def test_the_verdict_is_kept_per_build_and_probed_again_when_unreadable(tmp_path: Path):
+    first = verdict(tmp_path)
+    store = tmp_path / "localspec" / "amx-verdicts.json"
+    if not first["offered"]:
+        assert not store.exists()  # nothing to probe, nothing kept
+        return
+    kept = json.loads(store.read_text())
+    (key,) = kept["builds"]
+    kept["builds"][key]["reason"] = "read from the cache"
+    store.write_text(json.dumps(kept))
+    assert verdict(tmp_path) == first | {"reason": "read from the cache"}  # no probe: the kept verdict
+    store.write_text("{not json")
+    assert verdict(tmp_path) == first  # probed again, and kept again
+    assert json.loads(store.read_text())["builds"][key]["reason"] == first["reason"]

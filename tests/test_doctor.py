@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from localspec.engine.hardware import gpu_offload_supported
+from localspec.machine import amx_build
 from localspec.machine.gpu_build import reinstall_command
 from tests.conftest import cli
 
@@ -49,6 +50,10 @@ def test_doctor_reports_the_build_the_machine_the_paths_and_the_pairs(user_env, 
         assert "yes          CPU only (no GPU offload in this build): RAM " in _line(out, "tiny")
     assert f"{os.cpu_count()} logical" in _line(out, "CPU cores")
     assert "available of" in _line(out, "RAM")
+    amx = next((line.strip() for line in out.splitlines() if line.strip().startswith("AMX ")), "")  # only on a CPU with AMX
+    python = _line(out, "Python").split("(")[1].rstrip(")")
+    assert amx == "" or amx.split(None, 1)[1].startswith(("used: the AMX matmul checked right", "not used: the AMX matmul"))
+    assert (amx_build.reinstall_command(f"{python} -m pip") in out) == amx.startswith("AMX                 not used")
     assert _line(out, "settings").endswith(str(tmp_path / "config" / "localspec" / "settings.json"))
     assert _line(out, "conversations").endswith(str(tmp_path / "data" / "localspec" / "history.sqlite3"))
     assert _line(out, "llama.cpp log").endswith(str(tmp_path / "state" / "localspec" / "log" / "llama.log"))
@@ -80,6 +85,7 @@ def test_the_readme_gives_the_same_rebuild_commands_as_doctor():
     lines = {line.strip() for line in readme.splitlines()}
     assert reinstall_command(".venv/bin/pip", cuda=True) in lines
     assert reinstall_command(".venv/bin/pip", cuda=False) in lines
+    assert amx_build.reinstall_command(".venv/bin/pip", Path("$PWD/localspec/machine/amx_tilecfg_fix.h")) in lines
     assert "`localspec doctor`" in readme
 
 

@@ -2,7 +2,8 @@
 
 Versions and llama.cpp's build, the backend and its GPUs, cores and RAM, where
 localspec keeps its files, and which pairs are downloaded, with the memory plan
-each would load with. It only reads: it changes no file and loads no model.
+each would load with. It loads no model and changes no file but a cache: on a CPU with AMX,
+the first look at a build checks its AMX matmul in a child process and keeps the verdict.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from localspec import __version__, paths
 from localspec.catalog.models_toml import load_catalog, user_catalog_path
 from localspec.catalog.pair_files import download_status, pair_states
 from localspec.cli.clean import describe_caches
-from localspec.engine import defaults
+from localspec.engine import amx, defaults
 from localspec.errors import LocalspecError
 from localspec.hub.config import HubConfig
-from localspec.machine import rpc, rpc_build
+from localspec.machine import amx_build, rpc, rpc_build
 from localspec.machine.device import MachineInfo, device_memory, machine_info
 from localspec.machine.gpu_build import nvidia_gpus, unused_gpu_advice
 from localspec.machine.memory_plan import DeviceMemory, plan_pair
@@ -57,6 +58,19 @@ def _print_hardware(info: MachineInfo) -> None:
     cpu = next((f", {d.description}" for d in info.devices if d.kind == "CPU"), "")
     _row("CPU cores", f"{info.physical_cores} physical ({info.logical_cores} logical){cpu}")
     _row("RAM", _memory(info.ram_available, info.ram_total))
+    verdict = amx.amx_verdict()
+    if verdict.offered:
+        _row("AMX", f"used: {verdict.reason}" if verdict.sound else f"not used: {verdict.reason}")
+
+
+def _amx_advice(pip: str) -> str | None:
+    """How to get AMX back where this build's AMX matmul is broken; None where it works or is absent."""
+    verdict = amx.amx_verdict()
+    if not verdict.offered or verdict.sound:
+        return None
+    return ("This CPU has AMX, but this llama-cpp-python's AMX matmul is broken, so localspec runs the AVX-512 kernels. "
+            "AMX makes a Q8_0 or F16 target decode much faster (see the README's \"Intel CPUs with AMX\"). "
+            f"Rebuild llama-cpp-python with localspec's fix:\n  {amx_build.reinstall_command(pip)}")
 
 
 def _print_paths(hub: HubConfig) -> None:
@@ -130,7 +144,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     _print_paths(hub)
     print()
     _print_pairs(hub, device_memory(info))
-    advice = unused_gpu_advice(info.gpu_offload, info.llama_system_info, f"{sys.executable} -m pip")
-    if advice:
-        print(f"\n{advice}")
+    pip = f"{sys.executable} -m pip"
+    for advice in (_amx_advice(pip), unused_gpu_advice(info.gpu_offload, info.llama_system_info, pip)):
+        if advice:
+            print(f"\n{advice}")
     return 0 if healthy else 1

@@ -36,7 +36,7 @@ def _init_backend() -> None:
             llama_log.install()
             llama_cpp.llama_backend_init()
             llama_cpp.llama_supports_gpu_offload()  # loads dynamically built backends (the CPU's among them) first
-            amx.keep_weights_off_amx()  # before any weight is placed: see amx.py (a GCC 12 build faults in AMX matmuls)
+            amx.settle_amx()  # before any weight is placed: AMX stays where this build's matmul is sound (amx.py)
             _backend_ready = True
 
 

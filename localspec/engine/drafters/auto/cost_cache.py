@@ -6,7 +6,8 @@ times a few short passes, the decode loop refines the table from real steps,
 and the table is saved when a generation ends; the next load reads it and times
 nothing. It is keyed by what the costs depend on: both model files, the
 llama.cpp build (its version and the CPU features and backends it reports),
-the thread count and the GPU layers.
+the CPU weight buffers in use (AMX or not: engine/amx.py), the thread count and
+the GPU layers.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
+from localspec.engine import amx
 from localspec.engine.drafters.auto.costs import CostTable
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ def _file_identity(model: Model) -> str:
 
 def cache_file(directory: Path, target: Model, draft: Model | None) -> Path:
     parts = [f"format {FORMAT}", llama_cpp.__version__, llama_cpp.llama_print_system_info().decode(errors="replace"),
+             f"weight buffers {','.join(amx.cpu_weight_buffers())}",
              f"threads {target.n_threads}", f"target {_file_identity(target)} gpu {target.config.resolved_gpu_layers()}"]
     if draft is not None:
         parts.append(f"draft {_file_identity(draft)} gpu {draft.config.resolved_gpu_layers()} threads {draft.n_threads}")
