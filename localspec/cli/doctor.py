@@ -46,7 +46,7 @@ def _print_software(info: MachineInfo) -> None:
     _row("llama.cpp build", info.llama_system_info)
 
 
-def _print_hardware(info: MachineInfo) -> None:
+def _print_hardware(info: MachineInfo, verdict: amx.AmxVerdict) -> None:
     print("Hardware")
     _row("backend", info.backend if info.gpu_offload else "CPU (this build has no GPU offload: every layer runs on the CPU)")
     for gpu in info.gpus:
@@ -58,18 +58,16 @@ def _print_hardware(info: MachineInfo) -> None:
     cpu = next((f", {d.description}" for d in info.devices if d.kind == "CPU"), "")
     _row("CPU cores", f"{info.physical_cores} physical ({info.logical_cores} logical){cpu}")
     _row("RAM", _memory(info.ram_available, info.ram_total))
-    verdict = amx.amx_verdict()
     if verdict.offered:
         _row("AMX", f"used: {verdict.reason}" if verdict.sound else f"not used: {verdict.reason}")
 
 
-def _amx_advice(pip: str) -> str | None:
+def _amx_advice(verdict: amx.AmxVerdict, pip: str) -> str | None:
     """How to get AMX back where this build's AMX matmul is broken; None where it works or is absent."""
-    verdict = amx.amx_verdict()
     if not verdict.offered or verdict.sound:
         return None
     return ("This CPU has AMX, but this llama-cpp-python's AMX matmul is broken, so localspec runs the AVX-512 kernels. "
-            "AMX makes a Q8_0 or F16 target decode much faster (see the README's \"Intel CPUs with AMX\"). "
+            "AMX makes a Q8_0 target decode much faster (see the README's \"Intel CPUs with AMX\"). "
             f"Rebuild llama-cpp-python with localspec's fix:\n  {amx_build.reinstall_command(pip)}")
 
 
@@ -133,11 +131,12 @@ def _print_rpc(endpoints: list[str]) -> bool:
 def run_doctor(args: argparse.Namespace) -> int:
     endpoints = rpc.parse_endpoints(args.rpc) if args.rpc else []
     info = machine_info()
+    verdict = amx.amx_verdict()  # may probe the build in a child process: once
     hub = HubConfig.from_env()
     print("localspec doctor\n")
     _print_software(info)
     print()
-    _print_hardware(info)
+    _print_hardware(info, verdict)
     print()
     healthy = _print_rpc(endpoints)
     print()
@@ -145,7 +144,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     print()
     _print_pairs(hub, device_memory(info))
     pip = f"{sys.executable} -m pip"
-    for advice in (_amx_advice(pip), unused_gpu_advice(info.gpu_offload, info.llama_system_info, pip)):
+    for advice in (_amx_advice(verdict, pip), unused_gpu_advice(info.gpu_offload, info.llama_system_info, pip)):
         if advice:
             print(f"\n{advice}")
     return 0 if healthy else 1

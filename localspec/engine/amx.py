@@ -33,6 +33,7 @@ import llama_cpp
 import numpy as np
 
 from localspec import paths
+from localspec.engine import json_cache
 from localspec.engine.ggml_library import ggml_library
 
 _CPU_DEVICE = 0  # ggml-backend.h's GGML_BACKEND_DEVICE_TYPE_CPU
@@ -84,13 +85,7 @@ def amx_verdict() -> AmxVerdict:
     verdict, conclusive = _probe_in_child()
     if conclusive:  # a probe that timed out on a busy machine is tried again next start
         builds[key] = {"sound": verdict.sound, "reason": verdict.reason}
-        try:  # a cache that cannot be written only means probing again next start
-            store.parent.mkdir(parents=True, exist_ok=True)
-            temporary = store.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps({"format": _VERDICT_FORMAT, "builds": builds}, indent=1), encoding="utf-8")
-            temporary.replace(store)
-        except OSError:
-            pass
+        json_cache.write_json(store, {"format": _VERDICT_FORMAT, "builds": builds})
     return verdict
 
 

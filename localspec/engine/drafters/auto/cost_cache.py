@@ -12,16 +12,14 @@ the GPU layers.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
-from localspec.engine import amx
+from localspec.engine import amx, json_cache
 from localspec.engine.drafters.auto.costs import CostTable
 
 if TYPE_CHECKING:
@@ -63,11 +61,4 @@ def save(path: Path, table: CostTable) -> None:
     """Atomically; a cache that cannot be written only means measuring again next time."""
     data = {"verify_ms": {str(n): ms for n, ms in sorted(table.verify_ms.items())}, "draft_ms_per_token": table.draft_ms_per_token,
             "observations": {str(n): c for n, c in sorted(table.observations.items())}}
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        temporary.replace(path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
+    json_cache.write_json(path, data)
