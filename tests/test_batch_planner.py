@@ -13,7 +13,7 @@ COPY = Lookup(list(range(100, 108)), match_length=8)  # an 8-token lookup run wi
 
 
 def planner(verify: dict[int, float], draft_ms: float | None = None) -> BatchPlanner:
-    return BatchPlanner(CostTable(dict(verify), draft_ms, fixed=True), has_draft_model=draft_ms is not None)
+    return BatchPlanner(CostTable.given(verify, draft_ms), has_draft_model=draft_ms is not None)
 
 
 def test_a_lone_slot_drafts_where_the_pass_has_room():

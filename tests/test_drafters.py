@@ -13,7 +13,7 @@ from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.edits import RESUMED, SMALL_EDIT
 from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, LookupMemory, NgramDrafter
@@ -122,7 +122,7 @@ def test_a_rename_the_answer_does_not_repeat_is_forgotten_and_an_insertion_is_no
 
 
 def test_whether_guesses_past_an_edit_pay_is_learned_anew_for_each_answer():
-    controller = AutoDrafter(CostTable(dict(CHEAP_BATCH_MS), fixed=True))
+    controller = AutoDrafter(CostTable.given(CHEAP_BATCH_MS))
     for _ in range(20):
         controller.lookup_acceptance.observe(RESUMED, 8, 8)  # an answer that renames: every guess held
         controller.lookup_acceptance.observe(20, 8, 8)
@@ -187,7 +187,7 @@ def test_lookup_across_requests_is_lossless_and_drafts_the_answer_a_request_gave
     with Engine(EngineConfig(tiny["target"])) as engine:
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=60))
-        for drafter in (NgramDrafter(memory=LookupMemory()), AutoDrafter(CostTable(dict(GPU_LIKE[0]), fixed=True))):
+        for drafter in (NgramDrafter(memory=LookupMemory()), AutoDrafter(CostTable.given(GPU_LIKE[0]))):
             decoder = Decoder(engine.target, drafter)
             first = run(decoder, prompt, config)
             again = run(decoder, prompt, config)  # an editor sends the same request again: the answer is only in the memory
@@ -282,7 +282,7 @@ def auto_decisions(target, draft, tokens: int, costs: tuple[dict[int, float], fl
     with Engine(EngineConfig(target, draft)) as engine:
         assert engine.draft is not None
         drafter = ModelDrafter(engine.draft, lazy_start=True)  # as the engine gives auto
-        decoder = Decoder(engine.target, AutoDrafter(CostTable(dict(costs[0]), costs[1], fixed=True), drafter))
+        decoder = Decoder(engine.target, AutoDrafter(CostTable.given(costs[0], costs[1]), drafter))
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         result = run(decoder, prompt, GenerationConfig(max_tokens=tokens, draft_max=8, draft_p_min=0.0))
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=tokens))
@@ -308,7 +308,7 @@ def test_autos_draft_model_reads_the_prompt_only_once_it_drafts(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["unrelated"])) as engine:
         assert engine.draft is not None
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
-        costs = CostTable(dict(CPU_LIKE[0]), CPU_LIKE[1], fixed=True)
+        costs = CostTable.given(CPU_LIKE[0], CPU_LIKE[1])
         idle = run(Decoder(engine.target, AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))), prompt,
                    GenerationConfig(max_tokens=40, draft_max=8))
         assert not any(label.startswith("model") for label in idle.finished.stats.decisions)
@@ -319,7 +319,7 @@ def test_autos_draft_model_reads_the_prompt_only_once_it_drafts(tiny):
 
 
 def test_a_draft_too_slow_for_its_target_is_never_tried(tiny):
-    slow_draft = CostTable(verify_ms={1: 10.0, 2: 19.0, 4: 38.0}, draft_ms_per_token=9.0, fixed=True)
+    slow_draft = CostTable.given({1: 10.0, 2: 19.0, 4: 38.0}, 9.0)
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None
         controller = AutoDrafter(slow_draft, ModelDrafter(engine.draft))
@@ -334,7 +334,7 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
     Rated only on what it offered, a draft mostly silent (on prose) looked good, and auto kept paying for it."""
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None
-        controller = AutoDrafter(CostTable(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True), ModelDrafter(engine.draft, lazy_start=True))
+        controller = AutoDrafter(CostTable.given(GPU_LIKE[0], GPU_LIKE[1]), ModelDrafter(engine.draft, lazy_start=True))
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         controller.start(prompt)
         prior = controller.model_acceptance.rate(0)
@@ -347,7 +347,7 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
 def test_auto_continues_a_short_sure_lookup_run_with_the_draft_model(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None
-        controller = AutoDrafter(CostTable(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True), ModelDrafter(engine.draft, lazy_start=True))
+        controller = AutoDrafter(CostTable.given(GPU_LIKE[0], GPU_LIKE[1]), ModelDrafter(engine.draft, lazy_start=True))
         controller.start([1, 2, 3])
         for _ in range(40):  # both have been right: copies that agree this far, and the draft model
             controller.lookup_acceptance.observe(20, 8, 8)
@@ -363,7 +363,7 @@ def test_autos_hybrid_steps_are_lossless_on_tiny_models(tiny):
         assert engine.draft is not None
         prompt = chat_prompt_tokens(engine.target, [Message("user", REPEATING)])
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=80))
-        costs = CostTable(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True)
+        costs = CostTable.given(GPU_LIKE[0], GPU_LIKE[1])
         decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
         hybrid = run(decoder, prompt, GenerationConfig(max_tokens=80, draft_max=8, draft_p_min=0.0))
     assert_lossless(plain, hybrid, label="hybrid inside auto")
@@ -394,7 +394,7 @@ def replay(controller: AutoDrafter, prompt: list[int], answer: list[int], k_cap:
 def test_the_controller_drafts_long_only_where_the_answer_copies_its_prompt():
     source = list(range(100, 300))  # no token repeats: every lookup hit is a real copy
     fresh = list(range(1000, 1100))
-    steps = replay(AutoDrafter(CostTable(dict(CPU_VERIFY_MS), fixed=True)), source, fresh + source[20:180] + fresh[::-1])
+    steps = replay(AutoDrafter(CostTable.given(CPU_VERIFY_MS)), source, fresh + source[20:180] + fresh[::-1])
     drafted = [(k, accepted) for k, accepted in steps if k > 0]
     long_runs = [k for k, _ in drafted if k >= 3]
     assert len(long_runs) >= 20  # across the 160 copied tokens, drafting long
@@ -410,7 +410,7 @@ CHEAP_BATCH_MS = {1: 20.0, 2: 21.0, 4: 22.0, 8: 24.0, 16: 28.0, 32: 36.0, 33: 37
 def test_on_a_cheap_batch_target_a_long_copy_is_drafted_far_past_8_and_drafting_stops_at_its_end():
     source = list(range(100, 400))
     fresh = list(range(1000, 1100))
-    steps = replay(AutoDrafter(CostTable(dict(CHEAP_BATCH_MS), fixed=True)), source, fresh + source[20:280] + fresh[::-1],
+    steps = replay(AutoDrafter(CostTable.given(CHEAP_BATCH_MS)), source, fresh + source[20:280] + fresh[::-1],
                    k_cap=AUTO_DRAFT_MAX)
     ends, position = [], 0  # where each step's text ends
     for _, accepted in steps:
@@ -428,7 +428,7 @@ def test_on_a_cheap_batch_target_a_long_copy_is_drafted_far_past_8_and_drafting_
 
 
 def test_lookups_are_judged_even_on_the_steps_that_did_not_draft():
-    controller = AutoDrafter(CostTable({1: 10.0, 2: 100.0, 3: 200.0}, fixed=True))  # verifying is so dear that it never drafts
+    controller = AutoDrafter(CostTable.given({1: 10.0, 2: 100.0, 3: 200.0}))  # verifying is so dear that it never drafts
     steps = replay(controller, list(range(100, 200)), list(range(100, 200)), k_cap=2)
     assert {k for k, _ in steps} == {0}
     lookup = controller.lookup_acceptance
@@ -437,7 +437,7 @@ def test_lookups_are_judged_even_on_the_steps_that_did_not_draft():
 
 
 def test_verify_costs_follow_the_machines_speed_and_learn_rare_sizes_quickly():
-    costs = CostTable({1: 50.0, 4: 150.0}, observations={1: 3, 4: 3})  # as a calibration of three repeats leaves it
+    costs = CostTable(PassCosts({1: 50.0, 4: 150.0}, {1: 3, 4: 3}))  # as a calibration of three repeats leaves it
     for _ in range(200):
         costs.observe_verify(1, 60.0)  # the machine got 20% slower; only single tokens are being timed
     assert costs.verify(1) == pytest.approx(60.0, rel=0.01) and costs.verify(4) == pytest.approx(180.0, rel=0.01)
@@ -481,57 +481,78 @@ def test_make_draft_writes_a_gguf_that_loads_passes_the_pair_check_and_drafts(ti
 
 
 class RecordingCosts(CostTable):
-    """A cost table that keeps every draft cost it is taught, to show what the controller measures."""
+    """A cost table that keeps every draft pass it is taught, (tokens, ms), to show what the controller measures."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.draft_lessons: list[float] = []
+        self.draft_lessons: list[tuple[int, float]] = []
 
-    def observe_draft(self, ms_per_token: float) -> None:
-        self.draft_lessons.append(ms_per_token)
-        super().observe_draft(ms_per_token)
+    def observe_draft(self, n: int, ms: float) -> None:
+        self.draft_lessons.append((n, ms))
+        super().observe_draft(n, ms)
 
 
-def test_autos_draft_cost_leaves_out_the_catch_up_it_charges_separately(tiny):
-    """The first draft after a lazy start decodes the whole prompt; that is catch-up, which decide() prices on its own.
-    Taught as a per-token cost too, it was counted twice and held auto off the draft model after plain stretches."""
+def test_autos_draft_passes_teach_the_cost_of_their_own_size(tiny):
+    """The first draft after a lazy start reads the whole prompt in one catch-up: it teaches what a pass that long costs,
+    and leaves the one-token cost alone (taught as a per-token cost, it held auto off the draft model after plain stretches)."""
     with Engine(EngineConfig(tiny["talkative"], tiny["talkative"])) as engine:
         assert engine.draft is not None
-        costs = RecordingCosts(dict(GPU_LIKE[0]), GPU_LIKE[1])  # costs where the draft model always wins
+        given = CostTable.given(*GPU_LIKE)  # costs where the draft model always wins, left free to learn
+        costs = RecordingCosts(given.target, given.draft)
         controller = AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))
         long_prompt = chat_prompt_tokens(engine.target, [Message("user", " ".join(["tell me everything"] * 150))])
         assert len(long_prompt) > 1000
         run(Decoder(engine.target, controller), long_prompt, GenerationConfig(max_tokens=40, draft_max=8, draft_p_min=0.0))
-        first, later = costs.draft_lessons[0], sorted(costs.draft_lessons[1:])
-        assert len(later) >= 3
-        assert first < 3 * later[len(later) // 2], costs.draft_lessons
+    (first_n, first_ms), later = costs.draft_lessons[0], costs.draft_lessons[1:]
+    one_token = sorted(ms for n, ms in later if n == 1)
+    assert first_n > len(long_prompt) - 1 and len(one_token) >= 3
+    assert costs.draft is not None and costs.draft.cost(1) < 3 * one_token[len(one_token) // 2] < first_ms, costs.draft_lessons
 
 
-def test_every_short_draft_ask_teaches_autos_draft_cost_what_it_took(tiny):
-    """A K=1 ask is the catch-up batch alone: timing only the one-token steps after it, those asks taught nothing,
-    and their real cost (the decode, sampling, the p-min test) went unseen while auto kept choosing them."""
+def test_every_draft_pass_teaches_autos_draft_cost_what_it_took(tiny):
+    """A K=1 ask is its catch-up pass alone, its token chosen from that pass's row: the lesson is the whole ask, the
+    decode, sampling and the p-min test, at the catch-up's size."""
     with Engine(EngineConfig(tiny["talkative"], tiny["talkative"])) as engine:
         assert engine.draft is not None
-        costs = RecordingCosts(dict(GPU_LIKE[0]), GPU_LIKE[1], fixed=True)  # the draft model always wins; units as given
+        costs = RecordingCosts(CostTable.given(*GPU_LIKE).target, CostTable.given(*GPU_LIKE).draft, fixed=True)  # units as given
         model = ModelDrafter(engine.draft)
         controller = AutoDrafter(costs, model)
         prompt = chat_prompt_tokens(engine.target, [Message("user", "Tell me a story.")])
-        asked_ns: list[int] = []
+        asked: list[tuple[int, int]] = []  # (tokens the draft had to read, ns the ask took)
         ask = model.continue_after
 
         def timed(*args, **kwargs):
-            start = time.perf_counter_ns()
+            pending, start = model.pending_tokens, time.perf_counter_ns()
             try:
                 return ask(*args, **kwargs)
             finally:
-                asked_ns.append(time.perf_counter_ns() - start)
+                asked.append((pending, time.perf_counter_ns() - start))
 
         model.continue_after = timed  # type: ignore[method-assign]
         run(Decoder(engine.target, controller), prompt, GenerationConfig(max_tokens=30, draft_max=1, draft_p_min=0.0))
-    assert model.steps_decoded == 0  # every ask was its catch-up alone...
-    assert len(costs.draft_lessons) == len(asked_ns) >= 5  # ...and each one taught, about what it took
-    for lesson, ns in zip(costs.draft_lessons, asked_ns):
-        assert 0.5 * ns / 1e6 < lesson <= ns / 1e6 + 0.05  # the ask, give or take the time around the call
+    assert len(costs.draft_lessons) == len(asked) >= 5  # one pass per ask, and each one taught...
+    for (n, lesson), (pending, ns) in zip(costs.draft_lessons, asked):
+        assert n == pending  # ...at the size it read...
+        assert 0.5 * ns / 1e6 < lesson <= ns / 1e6 + 0.05  # ...about what it took, give or take the time around the call
+
+
+def test_auto_prices_a_catch_up_by_the_drafts_own_batches_spread_over_the_steps_it_resumes(tiny):
+    """After a plain stretch the draft reads what it missed in one pass. A Q4_K_M draft's batches scale worse than a
+    Q8_0 target's; priced by the target's scale, the draft model looked cheap there and was asked at a loss. Charged
+    whole to one step, though, a catch-up a little dearer than a target step kept a draft that wins on code from ever
+    resuming: it is paid once for the steps that follow."""
+    verify = {1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 14.0}  # cheap target batches
+    choices = {}
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        assert engine.draft is not None
+        # the draft's 16-token pass: cheap, dearer than a target step but worth it, far too dear
+        for name, sixteen in (("cheap", 1.5), ("resumable", 12.0), ("dear", 120.0)):
+            controller = AutoDrafter(CostTable(PassCosts(dict(verify)), PassCosts({1: 1.0, 16: sixteen}), fixed=True),
+                                     ModelDrafter(engine.draft, lazy_start=True))
+            controller.start(list(range(1, 17)))  # sixteen tokens the draft has yet to read
+            assert controller.model is not None and controller.model.pending_tokens == 16
+            choices[name] = controller.decide(1, Lookup()).drafter
+    assert choices == {"cheap": "model", "resumable": "model", "dear": "none"}
 
 
 def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):
@@ -545,14 +566,26 @@ def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny,
         assert first.target.n_decoded - before == 1 + sum(CALIBRATION_SIZES)  # a few short passes, one of them untimed
         prompt = chat_prompt_tokens(first.target, [Message("user", REPEATING)])
         run(auto, prompt, GenerationConfig(max_tokens=40, draft_max=8))
-        learned = dict(auto.drafter.costs.verify_ms)
+        learned = auto.drafter.costs
     assert len(list(tmp_path.glob("*.json"))) == 1
     with Engine(config) as second:
         before = second.target.n_decoded
         costs = second.decoder("auto").drafter.costs
         assert second.target.n_decoded == before  # read back: not one pass timed
-        assert costs.verify_ms == learned and not costs.fixed
+        assert costs == learned and costs.draft is not None and not costs.fixed
     with Engine(EngineConfig(tiny["target"], tiny["same"], cost_cache_dir=tmp_path)) as other_draft:
         before = other_draft.target.n_decoded
         other_draft.decoder("auto")
         assert other_draft.target.n_decoded > before  # another pair: its own measurement
+
+
+def test_trying_a_losing_draft_model_costs_at_most_its_share_of_the_time():
+    from localspec.engine.drafters.auto.exploration import EXPLORE_SHARE, ExplorationBudget
+
+    budget = ExplorationBudget()
+    assert budget.afford(500.0)  # the first try: nothing is known of the draft yet but its prior
+    tries = 0
+    for _ in range(1000):
+        budget.accrue(100.0)  # a 100 ms step that did not ask the draft
+        tries += budget.afford(300.0)  # a try expected to lose 300 ms
+    assert tries == int(1000 * 100.0 * EXPLORE_SHARE // 300.0) == 6

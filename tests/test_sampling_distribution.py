@@ -172,7 +172,7 @@ def test_autos_hybrid_steps_keep_the_target_distribution(setup):
     base = raw_prompt_tokens(engine.target, "tell me something")
     prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
     expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
-    costs = CostTable({1: 20.0, 2: 20.5, 4: 21.0, 8: 22.0}, 1.0, fixed=True)
+    costs = CostTable.given({1: 20.0, 2: 20.5, 4: 21.0, 8: 22.0}, 1.0)
     decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
     samples, drafted = sample_with_drafts(decoder, prompt, "speculative", draft_max=3)
     assert drafted > N_SEEDS

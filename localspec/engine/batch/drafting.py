@@ -45,7 +45,7 @@ class _Drafting:
 class BatchDraftModel:
     def __init__(self, model: Model) -> None:
         self.model = model
-        self.passes: list[tuple[int, float]] = []  # (tokens, ms) of the last draft's one-token-per-slot passes
+        self.passes: list[tuple[int, float]] = []  # (tokens, ms) of the last draft's passes, its catch-up first
 
     def sync(self, slot: Slot, text: Sequence[int]) -> list[int]:
         """Cut the slot's draft sequence back to what it shares with `text`; the part of `text` it has yet to read."""
@@ -79,7 +79,9 @@ class BatchDraftModel:
             entries += [(token, len(slot.draft_cached) + i, slot.seq, i == len(unread) - 1) for i, token in enumerate(unread)]
             owners.append(item)
             slot.draft_cached.extend(unread)
+        start = time.perf_counter_ns()
         self._decode_and_choose(entries, owners)
+        self.passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))
         while active := [item for item in work if not item.done]:
             entries = []
             for item in active:

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
-from localspec.engine.drafters.auto.controller import EXPLORE_FIRST, EXPLORE_MAX, HYBRID, MODEL_K_MAX, best_hybrid, draft_label
+from localspec.engine.drafters.auto.controller import HYBRID, MODEL_K_MAX, best_hybrid, draft_label
 from localspec.engine.drafters.auto.costs import DECAY, CostTable
+from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
 
 ASCENT_ROUNDS = 2  # passes over the auto slots: a second one lets each slot answer the others' first choices
@@ -59,12 +60,11 @@ PLAIN = Choice("none", 0, 1.0)
 class BatchPlanner:
     def __init__(self, costs: CostTable, has_draft_model: bool) -> None:
         self.costs = costs
-        self.has_draft_model = has_draft_model and costs.draft_ms_per_token is not None
+        self.has_draft_model = has_draft_model and costs.has_draft
         self.model_acceptance = AcceptanceModel(prior=0.7)
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
-        self._since_model = 0
-        self._explore_every = EXPLORE_FIRST
+        self.exploration = ExplorationBudget()
 
     # --- choosing ---------------------------------------------------------------------
 
@@ -86,11 +86,6 @@ class BatchPlanner:
                 if not changed:
                     break
             choices = self._maybe_explore(choices, slots, auto, best_rate)
-        if any(choice.model_k for choice in choices):
-            self._since_model = 0
-            self._explore_every = EXPLORE_FIRST
-        else:
-            self._since_model += 1
         return choices
 
     def _fixed(self, options: SlotOptions) -> Choice:
@@ -136,17 +131,19 @@ class BatchPlanner:
 
     def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
         """Now and then, let the draft model draft one slot when it is losing, so that it can win back (it costs a
-        pass to judge, unlike lookup); at doubling intervals, and only where it would win if every token were accepted."""
-        if not self.has_draft_model or any(c.model_k for c in choices) or self._since_model < self._explore_every:
+        pass to judge, unlike lookup): as often as the exploration budget pays for, and only where it would win if
+        every token were accepted."""
+        if not self.has_draft_model or any(c.model_k for c in choices):
             return choices
+        self.exploration.accrue(self.step_ms(choices, slots))
         i = auto[0]
         k = min(2, slots[i].cap)
         trial = [*choices[:i], Choice("model", k, 1 + self.model_acceptance.expected_accepted(k)), *choices[i + 1 :]]
         hopeful = [*choices[:i], Choice("model", k, k + 1.0), *choices[i + 1 :]]
         if self._rate(hopeful, slots) <= best_rate:
             return choices
-        self._explore_every = min(EXPLORE_MAX, 2 * self._explore_every)
-        return trial
+        expected_loss = self.step_ms(trial, slots) - sum(choice.predicted for choice in trial) / best_rate
+        return trial if self.exploration.afford(expected_loss) else choices
 
     # --- learning -----------------------------------------------------------------------
 
@@ -172,6 +169,5 @@ class BatchPlanner:
         self.overhead_ms = ms if not self.overhead_ms else DECAY * self.overhead_ms + (1 - DECAY) * ms
 
     def observe_draft_pass(self, n_tokens: int, ms: float) -> None:
-        """A draft pass of n tokens teaches the per-token draft cost, scaled back to one token as draft_batch scales it."""
-        if self.costs.draft_ms_per_token is not None:
-            self.costs.observe_draft(ms / self.costs.batch_scale(n_tokens))
+        """A draft pass of n tokens (a catch-up, or one token for each of n slots) teaches the draft's cost at that size."""
+        self.costs.observe_draft(n_tokens, ms)

@@ -10,6 +10,7 @@ whole verified batch in the draft; that is the cost saved here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,7 +32,10 @@ class ModelDrafter(Drafter):
         self.lazy_start = lazy_start  # read the prompt only when first asked to draft (auto may never ask)
         self._pending: list[int] = []  # accepted tokens not yet in the draft's cache
         self._speculated: list[int] = []  # tokens in the cache past the accepted text (drafted, not yet judged)
-        self.steps_decoded = 0  # one-token draft steps, apart from catch-up batches: how a controller counts an ask
+        # This step's passes, (tokens, ms): each timed from its decode to the next one's, so that the choice of its token
+        # (sampling, the p-min test) is in it, as in the cost a controller prices a draft token at.
+        self.passes: list[tuple[int, float]] = []
+        self._open_pass: tuple[int, int] | None = None  # (tokens, start ns) of the pass still being timed
 
     def start(self, prompt: Sequence[int]) -> None:
         if self.lazy_start:  # the first draft catches up on the prompt, and pays for it then
@@ -47,6 +51,7 @@ class ModelDrafter(Drafter):
         A long run of plain steps can leave more than n_batch tokens pending; the earlier batches then carry
         no outputs, and the last holds every token whose row was asked for, so the rows always align.
         """
+        self._time_pass(len(tokens))
         outputs = min(outputs, len(tokens))
         n_batch = self.model.n_batch
         head, tail = tokens[: len(tokens) - outputs], tokens[len(tokens) - outputs :]
@@ -66,7 +71,6 @@ class ModelDrafter(Drafter):
     def step(self, token: int) -> np.ndarray:
         """Decode one speculated token; the logits that follow it."""
         row = self._decode([token])[-1]
-        self.steps_decoded += 1
         self._speculated.append(token)
         return row
 
@@ -80,7 +84,15 @@ class ModelDrafter(Drafter):
             return draft
         row = self.feed(prefix)[-1]
         self.extend_greedy_or_sampled(draft, row, k, p_min, sampling, rng)
+        self._time_pass(None)
         return draft
+
+    def _time_pass(self, n_tokens: int | None) -> None:
+        """Close the pass being timed (its token is chosen by now) and, unless None, open one of `n_tokens`."""
+        now = time.perf_counter_ns()
+        if self._open_pass is not None:
+            self.passes.append((self._open_pass[0], (now - self._open_pass[1]) / 1e6))
+        self._open_pass = None if n_tokens is None else (n_tokens, now)
 
     def extend_greedy_or_sampled(
         self, draft: Draft, row: np.ndarray, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator
@@ -134,6 +146,7 @@ class ModelDrafter(Drafter):
         self.rewind(keep)
         self._speculated = []
         self._pending += list(tokens[keep:])
+        self.passes, self._open_pass = [], None  # a new step
 
     @property
     def pending_tokens(self) -> int:

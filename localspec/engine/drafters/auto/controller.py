@@ -12,8 +12,9 @@ compute, and the text that follows shows how much of it the target would have
 accepted (at T > 0 too: a one-hot draft token is accepted with the target's
 probability of it, which is the chance the target emits it). So lookup needs no
 exploration, and where it lost it costs nothing to keep watching. The draft model
-costs a decode to judge, so it is tried now and then even when it is losing, at
-doubling intervals, so that it can win back.
+costs a decode to judge, so it is tried now and then even when it is losing, so
+that it can win back, as often as a budget of the decoding time pays for
+(exploration.py).
 
 Hybrid steps are options too: the first j tokens of a lookup run, then the draft
 model continuing from their end, priced as the draft's catch-up over the j
@@ -27,7 +28,6 @@ answer wrote. Remembered runs are judged by the same agreement classes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,18 +38,17 @@ from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
+from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, LookupMemory, NgramDrafter
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 
-EXPLORE_FIRST = 16  # plain steps before the first try of a drafter that is losing...
-EXPLORE_MAX = 512  # ...doubling after each try that confirms it loses, up to this
 MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
-CATCH_UP_TAUGHT = 4  # an ask whose catch-up is at most this long teaches the draft's per-token cost
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
+CATCH_UP_HORIZON = 8  # steps of drafting that a catch-up on missed text is paid once for (catch_up_price)
 
 
 @dataclass(frozen=True)
@@ -60,15 +59,24 @@ class HybridPlan:
     rate: float  # tokens per ms, priced as a step of its own
 
 
+def catch_up_price(costs: CostTable, missed: int, then: int = 0) -> float:
+    """The draft's first pass of an ask, reading the `missed` accepted tokens it has not seen, then `then` more (a hybrid's
+    lookup tokens), as decide() weighs it. Reading what it missed is paid once, and the draft then drafts with one or two
+    to read a step for as long as it keeps winning: the part beyond one token is spread over CATCH_UP_HORIZON steps.
+    Charged whole to one step, a draft that had sat out a plain stretch (or not yet read the prompt) was never resumed
+    after its catch-up was priced at what it costs: on code it had won 1.6x plain, auto then ran at 1.06x."""
+    first = costs.draft_batch(1 + then)
+    return first + (costs.draft_batch(max(1, missed) + then) - first) / CATCH_UP_HORIZON
+
+
 def best_hybrid(costs: CostTable, pending: int, n_lookup: int, k_cap: int, lookup_expected: list[float],
                 lookup_survive: list[float], model_expected: list[float]) -> HybridPlan | None:
     """The best (j, m) of the first j <= n_lookup lookup tokens then m draft-model tokens under the cap: the draft
-    reads its `pending` tokens and the j in one catch-up batch, takes m - 1 one-token steps, and the target verifies
+    reads its `pending` tokens and the j in one catch-up batch (catch_up_price), takes m - 1 one-token steps, and the target verifies
     j + m + 1; expected, the run's accepted tokens plus, when all j survive, the model's. None without a run."""
-    assert costs.draft_ms_per_token is not None
     best: HybridPlan | None = None
     for j in range(1, min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX) + 1):
-        catch_up = costs.draft_batch(pending + j)
+        catch_up = catch_up_price(costs, pending, j)
         for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
             tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
             rate = tokens / (catch_up + (m - 1) * costs.draft_ms_per_token + costs.verify(j + m + 1))
@@ -116,8 +124,7 @@ class AutoDrafter(Drafter):
         self._shadows: list[ShadowRun] = []
         self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
-        self._since_explore = 0
-        self._explore_every = EXPLORE_FIRST
+        self.exploration = ExplorationBudget()  # kept across requests, as the acceptance is
 
     def _drafters(self) -> list[Drafter]:
         return [d for d in (self.ngram, self.model) if d is not None]
@@ -127,8 +134,6 @@ class AutoDrafter(Drafter):
             drafter.start(prompt)
         self._shadows = []
         self.lookup_acceptance.forget_guesses()
-        self._since_explore = 0
-        self._explore_every = EXPLORE_FIRST
 
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
@@ -138,32 +143,33 @@ class AutoDrafter(Drafter):
         for k in range(1, n_lookup + 1):
             tokens = 1 + lookup_expected[k]
             options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
-        model_tries: list[tuple[Decision, float]] = []  # each with the rate it would reach if all were accepted
-        if self.model is not None and self.costs.draft_ms_per_token is not None:
+        model_tries: list[tuple[Decision, float, float]] = []  # each with its price (catch-up spread) and its cost now
+        if self.model is not None and self.costs.has_draft:
             model_expected, _ = self.model_acceptance.prefix_curves(MODEL_K_MAX)
             # The draft first decodes the accepted text it has not seen, in one batch that also gives its first token
             # (after a drafting step, just the target's own token); each further token is a one-token step.
-            catch_up = self.costs.draft_batch(max(1, self.model.pending_tokens))
+            priced, now = catch_up_price(self.costs, self.model.pending_tokens), self.costs.draft_batch(max(1, self.model.pending_tokens))
             for k in range(1, min(k_cap, MODEL_K_MAX) + 1):
-                cost = catch_up + (k - 1) * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
-                tokens = 1 + model_expected[k]
-                options.append((Decision(self.model.name, k, tokens), tokens / cost))
-                model_tries.append((Decision(self.model.name, k, tokens), (k + 1) / cost))
+                rest = (k - 1) * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
+                decision = Decision(self.model.name, k, 1 + model_expected[k])
+                options.append((decision, decision.predicted_tokens / (priced + rest)))
+                model_tries.append((decision, priced + rest, now + rest))
             hybrid = best_hybrid(self.costs, self.model.pending_tokens, n_lookup, k_cap, lookup_expected, lookup_survive, model_expected)
             if hybrid is not None:
                 options.append((Decision(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k), hybrid.rate))
         best, best_rate = max(options, key=lambda option: option[1])
         if self.model is not None and best.drafter in (self.model.name, HYBRID):
-            self._since_explore, self._explore_every = 0, EXPLORE_FIRST
             return best
-        self._since_explore += 1
-        # Exploration: now and then, try the draft model if it would win with all its tokens accepted. One that
-        # cannot beat the best choice even then (a draft too slow for its target) is never tried.
-        hopeful = [decision for decision, optimistic in model_tries if optimistic > best_rate]
-        if hopeful and self._since_explore >= self._explore_every:
-            self._since_explore = 0
-            self._explore_every = min(EXPLORE_MAX, 2 * self._explore_every)
-            return min(hopeful, key=lambda decision: decision.k)  # the cheapest try
+        self.exploration.accrue(best.predicted_tokens / best_rate)
+        # Exploration: the cheapest try of the draft model that would win with all its tokens accepted, when the budget
+        # pays for what it is expected to lose. One that cannot win even then (a draft too slow for its target) is never tried.
+        # Hope is judged at the draft's price, as it would win once resumed; the budget pays what the try costs now, the
+        # whole catch-up (a try that loses stops, and nothing follows to share it).
+        hopeful = [(decision, now) for decision, price, now in model_tries if (decision.k + 1) / price > best_rate]
+        if hopeful:
+            decision, now = min(hopeful, key=lambda try_: try_[0].k)
+            if self.exploration.afford(now - decision.predicted_tokens / best_rate):
+                return decision
         return best
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
@@ -175,16 +181,9 @@ class AutoDrafter(Drafter):
         self._model_drafted, self._model_after = None, 0
         if self.model is not None and decision.drafter in (self.model.name, HYBRID):
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
-            catch_up, steps, start = max(1, self.model.pending_tokens + len(run)), self.model.steps_decoded, time.perf_counter_ns()
             continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
-            # The whole ask teaches the per-token cost, sampling and the p-min test included, in the units decide()
-            # prices it in: the catch-up as draft_batch scales it, then one per further step. Timing the one-token
-            # steps alone, a K=1 ask (its catch-up gives its token) or one silent after its catch-up taught nothing,
-            # though on prose most asks are such. A long catch-up (the prompt, after a lazy start) does not teach:
-            # draft_batch only approximates how the draft's own batches scale.
-            if catch_up <= CATCH_UP_TAUGHT:
-                units = max(1.0, self.costs.batch_scale(catch_up)) + self.model.steps_decoded - steps
-                self.costs.observe_draft((time.perf_counter_ns() - start) / 1e6 / units)
+            for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its token's choice included
+                self.costs.observe_draft(n_tokens, ms)
             self._model_drafted, self._model_after = len(continuation.tokens), len(run)
             lookup_part = Draft.deterministic(run, sampling)
             draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 
 from localspec.engine import amx, json_cache
-from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 
 if TYPE_CHECKING:
     from localspec.engine.model import Model
 
 # Bumped when the table's meaning changes: older files are then ignored. 2: a draft token's cost includes its ask's sampling.
-FORMAT = 2
+# 3: the draft's passes have their own costs by size.
+FORMAT = 3
 
 
 def _file_identity(model: Model) -> str:
@@ -44,21 +45,24 @@ def cache_file(directory: Path, target: Model, draft: Model | None) -> Path:
     return directory / f"{target.path.stem}.{key}.json"
 
 
+def _pass_costs(data: dict[str, Any]) -> PassCosts:
+    return PassCosts({int(n): float(ms) for n, ms in data["ms"].items()}, {int(n): float(c) for n, c in data["observations"].items()})
+
+
+def _pass_data(costs: PassCosts) -> dict[str, Any]:
+    return {"ms": {str(n): ms for n, ms in sorted(costs.ms.items())}, "observations": {str(n): c for n, c in sorted(costs.observations.items())}}
+
+
 def load(path: Path) -> CostTable | None:
     """The saved table, or None when there is none (or it cannot be read: then it is measured again)."""
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return CostTable(
-            verify_ms={int(n): float(ms) for n, ms in data["verify_ms"].items()},
-            draft_ms_per_token=None if data.get("draft_ms_per_token") is None else float(data["draft_ms_per_token"]),
-            observations={int(n): float(c) for n, c in data.get("observations", {}).items()},
-        )
+        return CostTable(_pass_costs(data["target"]), None if data.get("draft") is None else _pass_costs(data["draft"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def save(path: Path, table: CostTable) -> None:
     """Atomically; a cache that cannot be written only means measuring again next time."""
-    data = {"verify_ms": {str(n): ms for n, ms in sorted(table.verify_ms.items())}, "draft_ms_per_token": table.draft_ms_per_token,
-            "observations": {str(n): c for n, c in sorted(table.observations.items())}}
+    data = {"target": _pass_data(table.target), "draft": None if table.draft is None else _pass_data(table.draft)}
     json_cache.write_json(path, data)
