@@ -344,6 +344,26 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
         assert controller.model_acceptance.rate(0) < prior
 
 
+def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_a_few_asks(tiny):
+    """A draft right 40 times on code, then an answer (a haiku) where it offers nothing: carried at full weight, that
+    record kept it asked for a dozen steps, most of a short answer; as a belief worth a few asks, it stops soon."""
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        assert engine.draft is not None
+        q8_0_on_2_cores = CostTable.given({1: 100.0, 2: 120.0, 4: 150.0, 8: 250.0}, 35.0)  # as the real pair measured
+        controller = AutoDrafter(q8_0_on_2_cores, ModelDrafter(engine.draft, lazy_start=True))
+        for _ in range(40):
+            controller.model_acceptance.observe(8, 8)
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "a haiku about autumn")])
+        controller.start(prompt)
+        assert controller.model_acceptance.rate(0) > 0.85  # still believed, and asked first
+        asks = []
+        for _ in range(16):
+            controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft is never that sure
+            asks.append(controller.last_decision.drafter == "model")
+            controller.advance([prompt[-1]])
+        assert asks[0] and sum(asks) <= 3, asks
+
+
 def test_auto_continues_a_short_sure_lookup_run_with_the_draft_model(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None

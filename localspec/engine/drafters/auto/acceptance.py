@@ -50,3 +50,13 @@ class AcceptanceModel:
         for i in range(min(n_drafted, n_accepted + 1)):  # positions past the first rejection were never judged
             self.tries[i] = DECAY * self.tries[i] + 1
             self.hits[i] = DECAY * self.hits[i] + (1 if i < n_accepted else 0)
+
+    def carry_over(self, weight: float) -> None:
+        """A new answer: what earlier ones taught stays its belief, worth at most `weight` observations per position, so
+        this answer's own evidence outweighs it within a few steps. Carried at full weight, a draft accepted 43 times in
+        44 on code took a dozen silent asks on a haiku that followed to stop being asked, most of a 22-token answer."""
+        for i, tries in enumerate(self.tries):
+            if tries > weight:
+                self.hits[i] *= weight / tries
+                self.tries[i] = weight
+

@@ -48,6 +48,7 @@ from localspec.engine.stats import GenerationStats
 MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
+CARRIED_ASKS = 4  # what earlier answers taught of the draft model weighs as this many asks in a new one
 CATCH_UP_HORIZON = 8  # steps of drafting that a catch-up on missed text is paid once for (catch_up_price)
 
 
@@ -134,6 +135,7 @@ class AutoDrafter(Drafter):
             drafter.start(prompt)
         self._shadows = []
         self.lookup_acceptance.forget_guesses()
+        self.model_acceptance.carry_over(CARRIED_ASKS)
 
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
