@@ -59,4 +59,3 @@ class AcceptanceModel:
             if tries > weight:
                 self.hits[i] *= weight / tries
                 self.tries[i] = weight
-
