@@ -1,0 +1,107 @@
+"""Auto's lookup replayed offline over a bench run's plain answers: a measurement aid, not a test.
+
+`localspec bench --json out.json` keeps every plain answer and auto's verify costs. This replays auto (without its
+draft model) over each answer at those costs, beside the lookup ceiling and beside the same rule given each answer's
+own acceptance rates in advance (counted over the whole answer, then frozen). No model runs, so it takes seconds:
+change the lookup or the controller, replay, compare. Where even the known rates fall short of a goal, better
+estimates cannot reach it, and the gap is foresight. Greedy runs only (the plain answer is the target's text).
+Run: .venv/bin/python -m tests.tools.lookup_replay out.json --target T.gguf [--steps PROMPT_ID]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from localspec.bench.ceiling import lookup_ceiling
+from localspec.bench.runner import load_prompts
+from localspec.engine.chat import chat_prompt_tokens
+from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.agreement import EARLY, AgreementModel, match_class
+from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.model import Model, ModelConfig
+
+K_CAP = 32  # auto's cap in the bench
+
+
+class KnownRates(AgreementModel):
+    """An agreement model that counts every run without decay; frozen, it judges by those counts and learns nothing."""
+
+    frozen = False
+
+    def observe(self, match_length: int, n_drafted: int, n_accepted: int) -> None:
+        if self.frozen:
+            return
+        count(self.early[match_class(match_length)], min(n_drafted, EARLY), min(n_accepted, EARLY))
+        if n_drafted > EARLY and n_accepted >= EARLY:
+            count(self.deep, n_drafted - EARLY, n_accepted - EARLY)
+
+    def forget_guesses(self) -> None:
+        if not self.frozen:
+            super().forget_guesses()
+
+
+def count(model: AcceptanceModel, n_drafted: int, n_accepted: int) -> None:
+    """AcceptanceModel.observe without its decay."""
+    while len(model.tries) < n_drafted:
+        model.hits.append(0.0)
+        model.tries.append(0.0)
+    for i in range(min(n_drafted, n_accepted + 1)):
+        model.tries[i] += 1
+        model.hits[i] += i < n_accepted
+
+
+def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int]) -> tuple[float, list[str]]:
+    """Auto's steps over `answer` at its cost table: the ratio to plain decoding, and each step as match:K/accepted."""
+    auto.forget_requests()
+    auto.start(prompt)
+    position, spent, steps, rng = 0, 0.0, [], np.random.default_rng(0)
+    while position < len(answer):
+        match = auto.ngram.lookup(K_CAP).match_length
+        run = auto.propose(K_CAP, 0.0, None, rng).tokens
+        accepted = 0  # the step's last token is always the target's own
+        while accepted < len(run) and position + accepted + 1 < len(answer) and run[accepted] == answer[position + accepted]:
+            accepted += 1
+        spent += auto.costs.verify(len(run) + 1)
+        steps.append(f"{match}:{len(run)}/{accepted}")
+        auto.advance(answer[position : position + accepted + 1])
+        position += accepted + 1
+    return len(answer) * auto.costs.verify(1) / spent, steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("bench_json", type=Path)
+    parser.add_argument("--target", type=Path, required=True, help="the bench's target (its chat template makes the prompts)")
+    parser.add_argument("--steps", action="append", default=[], help="print this prompt's steps (match:K/accepted)")
+    args = parser.parse_args()
+    result = json.loads(args.bench_json.read_text())
+    costs = CostTable.given({int(n): ms for n, ms in result["verify_ms"].items()})
+    answers: dict[str, list[int]] = {}
+    for measurement in result["measurements"]:
+        if measurement["mode"] == "plain":
+            answers.setdefault(measurement["prompt"], measurement["tokens"])
+    target = Model(args.target, ModelConfig(0, 8192), role="target")
+    prompts = {p.id: chat_prompt_tokens(target, p.messages) for p in load_prompts(None) if p.id in answers}
+    auto = AutoDrafter(costs)  # one controller across the prompts, in the bench's order, as the bench keeps it
+    print(f"{'prompt':<22} {'auto':>6} {'known rates':>11} {'ceiling':>8} {'auto/ceiling':>12} {'known/ceiling':>13}")
+    for prompt_id, answer in answers.items():
+        ratio, steps = replay(auto, prompts[prompt_id], answer)
+        learner = AutoDrafter(costs)
+        learner.lookup_acceptance = KnownRates()
+        replay(learner, prompts[prompt_id], answer)
+        learner.lookup_acceptance.frozen = True
+        known, _ = replay(learner, prompts[prompt_id], answer)
+        ceiling = lookup_ceiling(prompts[prompt_id], answer, costs.verify, K_CAP).ratio
+        print(f"{prompt_id:<22} {ratio:6.2f} {known:11.2f} {ceiling:8.2f} {ratio / ceiling:12.2f} {known / ceiling:13.2f}")
+        if prompt_id in args.steps:
+            print("  " + " ".join(steps))
+
+
+if __name__ == "__main__":
+    main()
