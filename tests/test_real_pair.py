@@ -22,7 +22,11 @@ from localspec.engine.sampling import SamplingParams
 from tests.conftest import Run, run
 from tests.forced_choices import AlwaysHybrid
 
-NEAR_TIE = 0.12  # logit gap under which batched and single-row decodes were seen to disagree
+# The top-2 logit gap under which a verify batch and plain one-row decoding may pick different tokens. Measured: batches
+# of 2, 4 and 9 rows moved the real target's top-2 gap by up to 0.63 against one row at a time (the PROMPTS here and
+# test_serve_real's RENAME, 64 tokens each; a 2-core AVX-512 machine without AMX, repack kernels), and auto's
+# lookup-across-requests run departed there at a gap of 0.14. On AMX machines no departure above 0.12 had been seen.
+NEAR_TIE = 0.7
 MAX_TOKENS = 64
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",

@@ -13,9 +13,12 @@ from localspec.engine.engine import Engine, EngineConfig
 from tests.conftest import cli, run
 from tests.live_server import LiveServer, live_server
 from tests.lossless import assert_clear_of_ties
-from tests.test_real_pair import NEAR_TIE
 
 RENAME = "Rename the variable x to count in this code:\n\nx = 0\nfor item in items:\n    x += 1\nprint(x)"  # clear of near-ties
+# Its first 16 tokens' smallest top-2 gap is 0.20. The server and `generate` run the same drafter, batches and kernels,
+# so they compute alike; the precondition keeps this prompt clear of the flips between plain and batched decoding
+# seen most often (0.12 and below).
+CLEAR_OF_TIES = 0.12
 WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
                                                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                                 "required": ["city"]}}}
@@ -37,7 +40,7 @@ def test_chat_through_the_server_is_what_generate_writes(server, real_models):
     target, draft = real_models
     with Engine(EngineConfig(target)) as engine:  # the precondition for exact equality on any machine (16 tokens: token 17 nears a tie)
         assert_clear_of_ties(run(engine.plain, chat_prompt_tokens(engine.target, [Message("user", RENAME)]),
-                                 GenerationConfig(max_tokens=16)), NEAR_TIE)
+                                 GenerationConfig(max_tokens=16)), CLEAR_OF_TIES)
     generated = cli("generate", "--target", str(target), "--draft", str(draft), "--drafter", "model", "--draft-max", "4",
                     "--prompt", RENAME, "--max-tokens", "16", "--json")
     assert generated.returncode == 0, generated.stderr
