@@ -20,8 +20,7 @@ import numpy as np
 from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
-from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.agreement import EARLY, AgreementModel, match_class
+from localspec.engine.drafters.auto.agreement import AgreementModel
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.model import Model, ModelConfig
@@ -34,26 +33,21 @@ class KnownRates(AgreementModel):
 
     frozen = False
 
+    def __post_init__(self) -> None:
+        self._count_without_decay()
+
+    def _count_without_decay(self) -> None:
+        for model in (*self.early.values(), self.deep):
+            model.decay = 1.0
+
     def observe(self, match_length: int, n_drafted: int, n_accepted: int) -> None:
-        if self.frozen:
-            return
-        count(self.early[match_class(match_length)], min(n_drafted, EARLY), min(n_accepted, EARLY))
-        if n_drafted > EARLY and n_accepted >= EARLY:
-            count(self.deep, n_drafted - EARLY, n_accepted - EARLY)
+        if not self.frozen:
+            super().observe(match_length, n_drafted, n_accepted)
 
     def forget_guesses(self) -> None:
         if not self.frozen:
             super().forget_guesses()
-
-
-def count(model: AcceptanceModel, n_drafted: int, n_accepted: int) -> None:
-    """AcceptanceModel.observe without its decay."""
-    while len(model.tries) < n_drafted:
-        model.hits.append(0.0)
-        model.tries.append(0.0)
-    for i in range(min(n_drafted, n_accepted + 1)):
-        model.tries[i] += 1
-        model.hits[i] += i < n_accepted
+            self._count_without_decay()
 
 
 def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int]) -> tuple[float, list[str]]:

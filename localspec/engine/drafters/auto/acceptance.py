@@ -25,6 +25,7 @@ class AcceptanceModel:
     prior: float  # the rate assumed before any evidence
     hits: list[float] = field(default_factory=list)
     tries: list[float] = field(default_factory=list)
+    decay: float = DECAY  # per observation (1: every observation counts alike, as an offline replay's known rates do)
 
     def rate(self, i: int) -> float:
         if i >= len(self.tries):
@@ -48,8 +49,8 @@ class AcceptanceModel:
             self.hits.append(0.0)
             self.tries.append(0.0)
         for i in range(min(n_drafted, n_accepted + 1)):  # positions past the first rejection were never judged
-            self.tries[i] = DECAY * self.tries[i] + 1
-            self.hits[i] = DECAY * self.hits[i] + (1 if i < n_accepted else 0)
+            self.tries[i] = self.decay * self.tries[i] + 1
+            self.hits[i] = self.decay * self.hits[i] + (1 if i < n_accepted else 0)
 
     def carry_over(self, weight: float) -> None:
         """A new answer: what earlier ones taught stays its belief, worth at most `weight` observations per position, so
