@@ -76,6 +76,7 @@ class Decoder:
         # waits for a draft (an editor shows it at once). Speculation starts from the second.
         last, events, reason = first_token(target, first_row, config, rng, text, stats)
         drafter.advance([last])
+        drafter.observe_target(first_row[0])
         yield from events
         message = ""
         while reason is None:
@@ -139,6 +140,7 @@ class Decoder:
             rows = self.target.decode_tree([last, *draft.tokens[: fork.at]], draft.tokens[fork.at :], fork.tokens)
         t2 = time.perf_counter_ns()
         verdict = judge(draft, rows, config, rng)
+        self.drafter.observe_target(rows[0])  # before anything decodes again: rows is llama.cpp's buffer
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         if fork is not None:
             on_fork = verdict.n_accepted - fork.at if verdict.branch == 1 else None

@@ -83,6 +83,10 @@ class Drafter(ABC):
         Every drafter hears every step, whether it proposed the tokens or not.
         """
 
+    def observe_target(self, row: np.ndarray) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """The target's logits where this step's draft began (for the first step, the prompt's last row): how sure the
+        target is, which a drafter that judges its own chances reads for free."""
+
     def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """The target verified `n_verified` tokens in `verify_ms`; a drafter that learns costs, or reports choices, does it here."""
 

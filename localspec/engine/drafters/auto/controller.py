@@ -21,6 +21,11 @@ model continuing from their end, priced as the draft's catch-up over the j
 tokens, its further steps and the longer verify, and expected to yield the
 lookup's accepted tokens plus, when all j survive, the model's.
 
+The draft model's acceptance is learned per class of how sure the target has
+just been (confidence.py): free to read every step, it tells prose, where a
+draft mostly offers nothing, from code, where it is nearly always right, before
+the draft is asked.
+
 Its lookup remembers earlier requests (`LookupMemory`): an editor's next
 autocomplete, or a second edit of the same file, can copy what an earlier
 answer wrote. Remembered runs are judged by the same agreement classes.
@@ -37,6 +42,7 @@ import numpy as np
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
+from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
@@ -120,12 +126,19 @@ class AutoDrafter(Drafter):
         self.models = model.models if model is not None else ()
         self.ngram = ngram or NgramDrafter(memory=LookupMemory())
         self.lookup_acceptance = AgreementModel()
-        self.model_acceptance = AcceptanceModel(prior=0.7)
+        self.draft_acceptance = ConfidenceClasses()
+        self.confidence = TargetConfidence()
+        self._asked_class = 0  # the confidence class the draft model was last asked in, which its outcome teaches
         self.last_decision = Decision("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
         self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self.exploration = ExplorationBudget()  # kept across requests, as the acceptance is
+
+    @property
+    def model_acceptance(self) -> AcceptanceModel:
+        """The draft model's acceptance in the target's present confidence class."""
+        return self.draft_acceptance[self.confidence.class_index]
 
     def _drafters(self) -> list[Drafter]:
         return [d for d in (self.ngram, self.model) if d is not None]
@@ -135,7 +148,8 @@ class AutoDrafter(Drafter):
             drafter.start(prompt)
         self._shadows = []
         self.lookup_acceptance.forget_guesses()
-        self.model_acceptance.carry_over(CARRIED_ASKS)
+        self.draft_acceptance.carry_over(CARRIED_ASKS)
+        self.confidence.forget()
 
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
@@ -182,6 +196,7 @@ class AutoDrafter(Drafter):
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
         if self.model is not None and decision.drafter in (self.model.name, HYBRID):
+            self._asked_class = self.confidence.class_index
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
             continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
             for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its token's choice included
@@ -197,11 +212,14 @@ class AutoDrafter(Drafter):
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
         if self._model_drafted is not None and accepted >= self._model_after:
-            self.model_acceptance.observe_asked(self._model_drafted, accepted - self._model_after)
+            self.draft_acceptance[self._asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
         self._shadows = settle(self._shadows, tokens, self.lookup_acceptance)
         for drafter in self._drafters():
             drafter.advance(tokens)
+
+    def observe_target(self, row: np.ndarray) -> None:
+        self.confidence.observe(row)
 
     def forget_requests(self) -> None:
         self.ngram.forget_requests()

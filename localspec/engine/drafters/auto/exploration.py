@@ -10,9 +10,11 @@ plain steps, and two or three per prose answer made auto 5-13% slower than
 plain decoding there. Paid from a budget instead, tries cost at most
 EXPLORE_SHARE of the time, as often as that affords: rarely where a try is dear,
 often where it is cheap (a GPU). The first try is not budgeted: until the draft
-has been judged once, a prior is all auto knows of it, and on code a Q4_K_M
-0.5B draft of a Q8_0 1.5B target is accepted 95-100% (1.5x plain) where its
-prior of 0.7 says it cannot pay on a 2-core CPU.
+has been judged once, a prior is all auto knows of it, and a prior can be far off
+(on code a Q4_K_M 0.5B draft of a Q8_0 1.5B target is accepted 95-100%, 1.5x
+plain, where a prior of 0.7 says it cannot pay on a 2-core CPU). Fewer tries are
+needed since the acceptance is learned per class of the target's confidence
+(confidence.py): prose's class says what code's does not.
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""The draft model's acceptance by how sure the target has just been: a sign of the text that costs no decode.
+
+A draft model can only be judged by asking it, which costs its pass (and, after a
+plain stretch, its catch-up on what it missed). But how often it agrees with the
+target follows how predictable the text is, and the target says that on every
+step for free: the probability of its own best token. Measured on the bench's
+answers with the Qwen2.5-Coder 1.5B/0.5B pair (the target's confidence decayed
+over its last steps, against the draft's next token being offered at p-min 0.6
+and accepted): under 0.6, 0.3-0.4 of the time; 0.6-0.8, 0.4-0.6; 0.8-0.9, 0.8;
+0.9-0.95, 0.9; above, 0.96. So the draft's acceptance is learned per class of
+that confidence, each class starting from the rate it names (a draft agrees
+about as often as the target is sure). Learned as one rate, prose after code
+inherited code's acceptance, and auto asked a silent draft for most of a haiku;
+code after prose needed a costly exploration try before the draft was trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.sampling import greedy_with_confidence
+
+CLASS_EDGES = (0.6, 0.8, 0.9, 0.95)  # the classes' lower bounds, past the first (from 0)
+CONFIDENCE_DECAY = 0.7  # per step: the last three or four steps weigh most, so a change of text shows at once
+
+
+def class_priors() -> list[float]:
+    """Each class's middle: the acceptance assumed before any evidence."""
+    bounds = (0.0, *CLASS_EDGES, 1.0)
+    return [(lo + hi) / 2 for lo, hi in zip(bounds, bounds[1:])]
+
+
+@dataclass
+class TargetConfidence:
+    """The target's probability of its own best token at the start of each step, decayed; None before any step."""
+
+    value: float | None = None
+
+    def observe(self, row: np.ndarray) -> None:
+        _, probability = greedy_with_confidence(row)
+        self.value = probability if self.value is None else CONFIDENCE_DECAY * self.value + (1 - CONFIDENCE_DECAY) * probability
+
+    def forget(self) -> None:
+        """A new answer: its text is its own."""
+        self.value = None
+
+    @property
+    def class_index(self) -> int:
+        """The class it falls in; before any step, the most confident (a draft not yet judged is worth a try)."""
+        if self.value is None:
+            return len(CLASS_EDGES)
+        return sum(self.value >= edge for edge in CLASS_EDGES)
+
+
+@dataclass
+class ConfidenceClasses:
+    """The draft model's acceptance by position, one AcceptanceModel per class of the target's confidence."""
+
+    models: list[AcceptanceModel] = field(default_factory=lambda: [AcceptanceModel(prior) for prior in class_priors()])
+
+    def __getitem__(self, class_index: int) -> AcceptanceModel:
+        return self.models[class_index]
+
+    def carry_over(self, weight: float) -> None:
+        for model in self.models:
+            model.carry_over(weight)
