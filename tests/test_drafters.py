@@ -132,6 +132,31 @@ def test_whether_guesses_past_an_edit_pay_is_learned_anew_for_each_answer():
     assert controller.lookup_acceptance.expected_accepted(20, 4) > 3  # what copies are like is kept
 
 
+def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
+    """A 3-token match is a coincidence in prose and often a copy in code: failing runs found where the target was
+    unsure do not lower what auto expects of short matches where it is sure, nor the other way round; a long match is
+    a copy anywhere, one class for both. Through the controller: a run found while the target is unsure teaches the
+    unsure class once the text that follows judges it."""
+    agreement = AgreementModel()
+    for _ in range(30):
+        agreement.observe(3, 3, 0, unsure=True)
+    assert agreement.expected_accepted(3, 3, unsure=True) < 0.1
+    assert agreement.expected_accepted(3, 3) == AgreementModel().expected_accepted(3, 3)
+    for _ in range(30):
+        agreement.observe(20, 4, 0, unsure=True)
+    assert agreement.expected_accepted(20, 4) == agreement.expected_accepted(20, 4, unsure=True) < AgreementModel().expected_accepted(20, 4) / 2
+
+    controller = AutoDrafter(CostTable.given(CHEAP_BATCH_MS))
+    controller.start([5, 6, 7, 8, 9, 5, 6])  # "5 6" occurred before: a run of "7 8 9 ..." from a 2-token match
+    controller.observe_target(np.zeros(64, dtype=np.float32))  # the target torn between 64 tokens
+    assert controller.confidence.unsure
+    before = controller.lookup_acceptance.expected_accepted(2, 3, unsure=True)
+    controller.propose(3, 0.0, None, np.random.default_rng(0))
+    controller.advance([40])  # the text went elsewhere: the run's first token was wrong
+    assert controller.lookup_acceptance.expected_accepted(2, 3, unsure=True) < before
+    assert controller.lookup_acceptance.expected_accepted(2, 3) == AgreementModel().expected_accepted(2, 3)
+
+
 def test_a_copy_that_held_its_first_tokens_goes_on_alike_whatever_its_start():
     """Past its first EARLY tokens, a copy's length is learned from every run: a class that never saw a long copy
     expects one after another class's long copies showed how far copies go; its first positions stay its own."""
@@ -331,6 +356,18 @@ def test_a_draft_too_slow_for_its_target_is_never_tried(tiny):
             assert controller.decide(4, Lookup()).drafter == "none"
 
 
+def test_a_draft_that_stops_short_under_p_min_misses_where_it_stopped():
+    """Asked for 3 and sure only of the first (on chat, a Q4_K_M target's draft offered 1.8 per K=3 ask): the second
+    position gave no token, as a rejection gives none, so K=3 is expected to yield about one, not three."""
+    acceptance = AcceptanceModel(prior=0.9)
+    for _ in range(20):
+        acceptance.observe_asked(3, 1, 1)  # asked 3, offered 1, accepted
+    assert acceptance.rate(0) > 0.9 and acceptance.rate(1) < 0.2 and acceptance.expected_accepted(3) < 1.2
+    for _ in range(40):
+        acceptance.observe_asked(3, 3, 1)  # all 3 offered, the second rejected: the same yield
+    assert acceptance.rate(1) < 0.2
+
+
 def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
     """Under p-min a draft may offer nothing: that step still paid its decode and gave no token, as a rejection does.
     Rated only on what it offered, a draft mostly silent (on prose) looked good, and auto kept paying for it."""
@@ -346,11 +383,14 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
         assert controller.model_acceptance.rate(0) < prior
 
 
-def target_row(n_vocab: int, sure: bool) -> np.ndarray:
-    """Logits where the target is sure of one token (a probability near 1), or torn between every token."""
+def target_row(n_vocab: int, sure: bool = False, probability: float | None = None) -> np.ndarray:
+    """Logits where the target is sure of one token (a probability near 1), gives it `probability`, or is torn between
+    every token."""
     row = np.zeros(n_vocab, dtype=np.float32)
     if sure:
         row[5] = 30.0
+    elif probability is not None:
+        row[5] = np.log(probability * (n_vocab - 1) / (1 - probability))
     return row
 
 
@@ -378,14 +418,13 @@ def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_
 
 
 def test_autos_draft_acceptance_is_learned_per_class_of_the_targets_confidence(tiny):
-    """The target says how sure it is on every step, for free. A draft right on every confident step (code) and silent
-    on every unsure one (prose) is asked where the target is sure and left alone where it is not, and what it showed
-    on one kind of text does not move what auto believes of it on the other."""
+    """The target says how sure it is on every step, for free. What the draft showed where the target was sure (code)
+    does not move what auto believes of it where the target is unsure (prose), and the other way round; each ask
+    teaches the class it was made in."""
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None
-        q8_0_on_2_cores = CostTable.given({1: 100.0, 2: 120.0, 4: 150.0, 8: 250.0}, 35.0)  # as the real pair measured
-        controller = AutoDrafter(q8_0_on_2_cores, ModelDrafter(engine.draft, lazy_start=True))
-        prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
+        controller = AutoDrafter(CostTable.given(*GPU_LIKE), ModelDrafter(engine.draft, lazy_start=True))
+        prompt = [1, 2, 3]  # no token repeats: no lookup run, so every ask is the draft model's alone
         controller.start(prompt)
         sure, unsure = (target_row(engine.target.n_vocab, flag) for flag in (True, False))
         for _ in range(4):
@@ -395,19 +434,35 @@ def test_autos_draft_acceptance_is_learned_per_class_of_the_targets_confidence(t
             controller.observe_target(sure)
         for _ in range(30):
             controller.model_acceptance.observe(8, 8)
-        assert controller.decide(8, Lookup()).drafter == "model"
-        for _ in range(4):
-            controller.observe_target(unsure)
-        assert controller.model_acceptance.rate(0) == unsure_prior  # the confident steps taught nothing here
-        for _ in range(6):
+        sure_rate = controller.model_acceptance.rate(0)
+        for token in range(10, 16):
             controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft offers nothing
-            controller.advance([prompt[-1]])
-            controller.observe_target(unsure)
-        assert controller.model_acceptance.rate(0) < unsure_prior
-        assert controller.decide(8, Lookup()).drafter == "none"
-        for _ in range(4):
+            assert controller.last_decision.drafter == "model"
+            controller.advance([token])  # the target's own token, a new one each time: still no lookup run
             controller.observe_target(sure)
-        assert controller.decide(8, Lookup()).drafter == "model"  # trusted again at once, without a try
+        assert controller.model_acceptance.rate(0) < sure_rate
+        for _ in range(4):
+            controller.observe_target(unsure)
+        assert controller.model_acceptance.rate(0) == unsure_prior  # neither the right nor the silent asks taught it
+
+
+def test_a_losing_draft_is_not_tried_where_the_target_is_too_unsure_for_it_to_pay(tiny):
+    """A try is made only where the draft would win accepted as often as the target is sure. Where the target is right
+    half the time, no draft pays on a 2-core CPU's costs, so none is tried (a haiku lost a tenth of its time to one); a
+    GPU's cheap draft may."""
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        assert engine.draft is not None
+        q8_0_on_2_cores = CostTable.given({1: 100.0, 2: 120.0, 4: 150.0, 8: 250.0}, 35.0)  # as the real pair measured
+        unsure = target_row(engine.target.n_vocab, probability=0.5)
+        chosen = {}
+        for name, costs in (("cpu", q8_0_on_2_cores), ("gpu", CostTable.given(*GPU_LIKE))):
+            controller = AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))
+            controller.start([1, 2, 3])
+            controller.observe_target(unsure)
+            for _ in range(30):  # the draft losing where the target is unsure, often enough that only a try would ask it
+                controller.model_acceptance.observe(1, 0)
+            chosen[name] = controller.decide(8, Lookup()).drafter  # the first try is free: only hope decides
+        assert chosen == {"cpu": "none", "gpu": "model"}
 
 
 def test_the_decode_loop_shows_auto_how_sure_the_target_is(tiny):

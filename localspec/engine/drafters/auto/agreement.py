@@ -10,6 +10,12 @@ together. Kept apart per class, they had so little evidence that their prior
 ruled (a 6-token match was expected to hold 15 tokens 0.5% of the time, where
 code edits copy stretches of 10 on average), and a long copy was drafted 3
 tokens at a time.
+
+A short match is a coincidence or a copy depending on the text: where the target
+has lately been unsure (prose, a free answer), a 2- or 3-token match's next token
+held 10-30% of the time on the bench's answers, against about half where it was
+sure (code). So the short classes learn apart in unsure text; one rate for both
+drafted failing 3-token runs through chat and a haiku.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from localspec.engine.drafters.edits import RESUMED
 MATCH_CLASS_PRIORS = {RESUMED: 0.3, 2: 0.4, 3: 0.5, 4: 0.6, 6: 0.7, 8: 0.8, 12: 0.85, 16: 0.9, 24: 0.9, 32: 0.9}
 EARLY = 4  # a run's first positions, judged by its class; past them, by every run's evidence together
 COPY_PRIOR = 0.9  # how often a copy that has held EARLY tokens goes on one more, before any evidence
+SHORT = 4  # match classes below this learn apart where the target is unsure (the module's docstring says why)
 
 
 def match_class(agreement: int) -> int:
@@ -39,22 +46,29 @@ class AgreementModel:
     early: dict[int, AcceptanceModel] = field(
         default_factory=lambda: {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()})
     deep: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(COPY_PRIOR))
+    unsure_early: dict[int, AcceptanceModel] = field(  # the short classes where the target has lately been unsure
+        default_factory=lambda: {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items() if bound < SHORT})
 
-    def prefix_curves(self, match_length: int, k: int) -> tuple[list[float], list[float]]:
-        """acceptance.prefix_curves of a run starting at `match_length`, k tokens long."""
-        early = self.early[match_class(match_length)]
+    def _early(self, match_length: int, unsure: bool) -> AcceptanceModel:
+        bound = match_class(match_length)
+        return self.unsure_early[bound] if unsure and bound in self.unsure_early else self.early[bound]
+
+    def prefix_curves(self, match_length: int, k: int, unsure: bool = False) -> tuple[list[float], list[float]]:
+        """acceptance.prefix_curves of a run starting at `match_length`, k tokens long (`unsure`: where the target is)."""
+        early = self._early(match_length, unsure)
         return prefix_curves([early.rate(i) if i < EARLY else self.deep.rate(i - EARLY) for i in range(k)])
 
     def forget_guesses(self) -> None:
         """A new answer: whether guesses past its edits pay (it renames, or rewrites freely) is its own, learned anew."""
         self.early[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
+        self.unsure_early[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
 
-    def expected_accepted(self, match_length: int, k: int) -> float:
-        return self.prefix_curves(match_length, k)[0][k]
+    def expected_accepted(self, match_length: int, k: int, unsure: bool = False) -> float:
+        return self.prefix_curves(match_length, k, unsure)[0][k]
 
-    def observe(self, match_length: int, n_drafted: int, n_accepted: int) -> None:
+    def observe(self, match_length: int, n_drafted: int, n_accepted: int, unsure: bool = False) -> None:
         """A run of `n_drafted` tokens from `match_length` of which the first `n_accepted` held."""
-        self.early[match_class(match_length)].observe(min(n_drafted, EARLY), min(n_accepted, EARLY))
+        self._early(match_length, unsure).observe(min(n_drafted, EARLY), min(n_accepted, EARLY))
         if n_drafted > EARLY and n_accepted >= EARLY:
             self.deep.observe(n_drafted - EARLY, n_accepted - EARLY)
 
@@ -65,6 +79,7 @@ class ShadowRun:
 
     match_length: int  # the agreement it started from
     tokens: list[int]
+    unsure: bool = False  # found where the target had lately been unsure
     matched: int = 0
 
     def judge(self, tokens: Sequence[int]) -> bool:
@@ -78,7 +93,7 @@ class ShadowRun:
         return False
 
     def teach(self, model: AgreementModel) -> None:
-        model.observe(self.match_length, len(self.tokens), self.matched)
+        model.observe(self.match_length, len(self.tokens), self.matched, self.unsure)
 
 
 def settle(shadows: Sequence[ShadowRun], tokens: Sequence[int], model: AgreementModel) -> list[ShadowRun]:

@@ -9,7 +9,12 @@ over its last steps, against the draft's next token being offered at p-min 0.6
 and accepted): under 0.6, 0.3-0.4 of the time; 0.6-0.8, 0.4-0.6; 0.8-0.9, 0.8;
 0.9-0.95, 0.9; above, 0.96. So the draft's acceptance is learned per class of
 that confidence, each class starting from the rate it names (a draft agrees
-about as often as the target is sure). Learned as one rate, prose after code
+about as often as the target is sure). That is also the most auto hopes of the
+draft: a losing draft is tried only where it would win accepted as often as the
+target has lately been sure (an upper bound: offered at p-min, the draft was
+accepted about as often as the square of it), never where the text is too
+unsure for any draft to pay at this machine's costs (a haiku on a 2-core CPU:
+one try took a tenth of its time), while a GPU's cheap draft passes still are. Learned as one rate, prose after code
 inherited code's acceptance, and auto asked a silent draft for most of a haiku;
 code after prose needed a costly exploration try before the draft was trusted.
 """
@@ -24,6 +29,7 @@ from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.sampling import greedy_with_confidence
 
 CLASS_EDGES = (0.6, 0.8, 0.9, 0.95)  # the classes' lower bounds, past the first (from 0)
+SURE = 0.9  # below it, the target is unsure: short lookup matches are judged apart there (agreement.py)
 CONFIDENCE_DECAY = 0.7  # per step: the last three or four steps weigh most, so a change of text shows at once
 
 
@@ -53,6 +59,16 @@ class TargetConfidence:
         if self.value is None:
             return len(CLASS_EDGES)
         return sum(self.value >= edge for edge in CLASS_EDGES)
+
+    @property
+    def unsure(self) -> bool:
+        return self.value is not None and self.value < SURE
+
+    @property
+    def hope(self) -> float:
+        """The most a draft is hoped to be accepted at each position: as often as the target is sure (before any step,
+        every time)."""
+        return 1.0 if self.value is None else self.value
 
 
 @dataclass

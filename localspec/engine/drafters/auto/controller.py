@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.engine.drafters.auto import cost_cache
-from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
@@ -131,6 +131,7 @@ class AutoDrafter(Drafter):
         self._asked_class = 0  # the confidence class the draft model was last asked in, which its outcome teaches
         self.last_decision = Decision("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
+        self._model_asked = 0  # tokens the draft model was asked for this step
         self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self.exploration = ExplorationBudget()  # kept across requests, as the acceptance is
@@ -155,7 +156,7 @@ class AutoDrafter(Drafter):
         plain = Decision("none", 0, 1.0)
         options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
         n_lookup = min(k_cap, len(lookup.tokens))
-        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup)
+        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup, self.confidence.unsure)
         for k in range(1, n_lookup + 1):
             tokens = 1 + lookup_expected[k]
             options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
@@ -177,11 +178,13 @@ class AutoDrafter(Drafter):
         if self.model is not None and best.drafter in (self.model.name, HYBRID):
             return best
         self.exploration.accrue(best.predicted_tokens / best_rate)
-        # Exploration: the cheapest try of the draft model that would win with all its tokens accepted, when the budget
-        # pays for what it is expected to lose. One that cannot win even then (a draft too slow for its target) is never tried.
-        # Hope is judged at the draft's price, as it would win once resumed; the budget pays what the try costs now, the
-        # whole catch-up (a try that loses stops, and nothing follows to share it).
-        hopeful = [(decision, now) for decision, price, now in model_tries if (decision.k + 1) / price > best_rate]
+        # Exploration: the cheapest try of the draft model that would win accepted as often as the target has lately been
+        # sure (confidence.py), when the budget pays for what it is expected to lose. One that cannot win even then
+        # (a draft too slow for its target, or text too unsure) is never tried. Hope is judged at the draft's price, as it
+        # would win once resumed; the budget pays what the try costs now, the whole catch-up (a try that loses stops, and
+        # nothing follows to share it).
+        hoped = prefix_curves([self.confidence.hope] * MODEL_K_MAX)[0]
+        hopeful = [(decision, now) for decision, price, now in model_tries if (1 + hoped[decision.k]) / price > best_rate]
         if hopeful:
             decision, now = min(hopeful, key=lambda try_: try_[0].k)
             if self.exploration.afford(now - decision.predicted_tokens / best_rate):
@@ -191,7 +194,7 @@ class AutoDrafter(Drafter):
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k)
         if lookup.tokens:
-            self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens))
+            self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens, self.confidence.unsure))
         decision = self.decide(k, lookup)
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
@@ -201,7 +204,7 @@ class AutoDrafter(Drafter):
             continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
             for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its token's choice included
                 self.costs.observe_draft(n_tokens, ms)
-            self._model_drafted, self._model_after = len(continuation.tokens), len(run)
+            self._model_asked, self._model_drafted, self._model_after = decision.k - len(run), len(continuation.tokens), len(run)
             lookup_part = Draft.deterministic(run, sampling)
             draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
         else:
@@ -212,7 +215,7 @@ class AutoDrafter(Drafter):
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
         if self._model_drafted is not None and accepted >= self._model_after:
-            self.draft_acceptance[self._asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
+            self.draft_acceptance[self._asked_class].observe_asked(self._model_asked, self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
         self._shadows = settle(self._shadows, tokens, self.lookup_acceptance)
         for drafter in self._drafters():
