@@ -160,7 +160,7 @@ class BatchPlanner:
         """What the draft model's tokens showed: a hybrid's only where the target accepted the whole lookup part before them
         (else they were never judged); the lookup part teaches its match class through the shadows, as any run does."""
         if n_accepted >= choice.lookup_k:
-            self.model_acceptance.observe_asked(choice.model_k, n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
+            self.model_acceptance.observe_asked(n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
 
     def observe_verify(self, n_tokens: int, ms: float) -> None:
         self.costs.observe_verify(n_tokens, ms)

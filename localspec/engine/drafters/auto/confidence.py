@@ -9,14 +9,16 @@ over its last steps, against the draft's next token being offered at p-min 0.6
 and accepted): under 0.6, 0.3-0.4 of the time; 0.6-0.8, 0.4-0.6; 0.8-0.9, 0.8;
 0.9-0.95, 0.9; above, 0.96. So the draft's acceptance is learned per class of
 that confidence, each class starting from the rate it names (a draft agrees
-about as often as the target is sure). That is also the most auto hopes of the
-draft: a losing draft is tried only where it would win accepted as often as the
-target has lately been sure (an upper bound: offered at p-min, the draft was
-accepted about as often as the square of it), never where the text is too
-unsure for any draft to pay at this machine's costs (a haiku on a 2-core CPU:
-one try took a tenth of its time), while a GPU's cheap draft passes still are. Learned as one rate, prose after code
-inherited code's acceptance, and auto asked a silent draft for most of a haiku;
-code after prose needed a costly exploration try before the draft was trusted.
+about as often as the target is sure), capped at PRIOR_MAX. Learned as one
+rate, prose after code inherited code's acceptance, and auto asked a silent
+draft for most of a haiku.
+
+The target's confidence is also the most auto hopes of the draft: a losing draft
+is tried only where it would win accepted as often as the target has lately
+been sure (an upper bound: offered at p-min, the draft was accepted about as
+often as the square of it), never where the text is too unsure for any draft
+to pay at this machine's costs (a haiku on a 2-core CPU: one try took a tenth of
+its time), while a GPU's cheap draft passes still are.
 """
 
 from __future__ import annotations
@@ -30,13 +32,17 @@ from localspec.engine.sampling import greedy_with_confidence
 
 CLASS_EDGES = (0.6, 0.8, 0.9, 0.95)  # the classes' lower bounds, past the first (from 0)
 SURE = 0.9  # below it, the target is unsure: short lookup matches are judged apart there (agreement.py)
+# What a class is assumed to accept before evidence is at most this: a draft trusted at once from a prior of 0.93-0.98 was
+# asked on Q8_0 code edits where lookup copies most steps, and each ask's catch-up on the copied text cost 0.4-0.7 s
+# (rename 2.53x -> 1.71x plain). Evidence raises it in a few asks where the draft is right.
+PRIOR_MAX = 0.7
 CONFIDENCE_DECAY = 0.7  # per step: the last three or four steps weigh most, so a change of text shows at once
 
 
 def class_priors() -> list[float]:
-    """Each class's middle: the acceptance assumed before any evidence."""
+    """The acceptance assumed before any evidence: each class's middle, but never above PRIOR_MAX."""
     bounds = (0.0, *CLASS_EDGES, 1.0)
-    return [(lo + hi) / 2 for lo, hi in zip(bounds, bounds[1:])]
+    return [min(PRIOR_MAX, (lo + hi) / 2) for lo, hi in zip(bounds, bounds[1:])]
 
 
 @dataclass

@@ -131,7 +131,6 @@ class AutoDrafter(Drafter):
         self._asked_class = 0  # the confidence class the draft model was last asked in, which its outcome teaches
         self.last_decision = Decision("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
-        self._model_asked = 0  # tokens the draft model was asked for this step
         self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self.exploration = ExplorationBudget()  # kept across requests, as the acceptance is
@@ -204,7 +203,7 @@ class AutoDrafter(Drafter):
             continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
             for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its token's choice included
                 self.costs.observe_draft(n_tokens, ms)
-            self._model_asked, self._model_drafted, self._model_after = decision.k - len(run), len(continuation.tokens), len(run)
+            self._model_drafted, self._model_after = len(continuation.tokens), len(run)
             lookup_part = Draft.deterministic(run, sampling)
             draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
         else:
@@ -215,7 +214,7 @@ class AutoDrafter(Drafter):
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
         if self._model_drafted is not None and accepted >= self._model_after:
-            self.draft_acceptance[self._asked_class].observe_asked(self._model_asked, self._model_drafted, accepted - self._model_after)
+            self.draft_acceptance[self._asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
         self._shadows = settle(self._shadows, tokens, self.lookup_acceptance)
         for drafter in self._drafters():
