@@ -24,6 +24,7 @@ from localspec.engine.drafters.auto.agreement import AgreementModel
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.model import Model, ModelConfig
+from tests.tools.confidence_table import best_and_probability
 
 K_CAP = 32  # auto's cap in the bench
 
@@ -40,9 +41,9 @@ class KnownRates(AgreementModel):
         for model in (*self.early.values(), self.deep):
             model.decay = 1.0
 
-    def observe(self, match_length: int, n_drafted: int, n_accepted: int) -> None:
+    def observe(self, match_length: int, n_drafted: int, n_accepted: int, unsure: bool = False) -> None:
         if not self.frozen:
-            super().observe(match_length, n_drafted, n_accepted)
+            super().observe(match_length, n_drafted, n_accepted, unsure)
 
     def forget_guesses(self) -> None:
         if not self.frozen:
@@ -50,11 +51,15 @@ class KnownRates(AgreementModel):
             self._count_without_decay()
 
 
-def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int]) -> tuple[float, list[str]]:
-    """Auto's steps over `answer` at its cost table: the ratio to plain decoding, and each step as match:K/accepted."""
+def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int], sure: Sequence[float]) -> tuple[float, list[str]]:
+    """Auto's steps over `answer` at its cost table: the ratio to plain decoding, and each step as match:K/accepted.
+    `sure` is the target's probability of its own best token at each answer position, which auto hears as the decode
+    loop tells it: the prompt's row gives the first token (no step), each step's first verify row the next."""
     auto.forget_requests()
     auto.start(prompt)
-    position, spent, steps, rng = 0, 0.0, [], np.random.default_rng(0)
+    auto.advance(answer[:1])
+    auto.confidence.observe_probability(sure[0])
+    position, spent, steps, rng = 1, 0.0, [], np.random.default_rng(0)
     while position < len(answer):
         match = auto.ngram.lookup(K_CAP).match_length
         run = auto.propose(K_CAP, 0.0, None, rng).tokens
@@ -62,10 +67,11 @@ def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int]) -> t
         while accepted < len(run) and position + accepted + 1 < len(answer) and run[accepted] == answer[position + accepted]:
             accepted += 1
         spent += auto.costs.verify(len(run) + 1)
+        auto.confidence.observe_probability(sure[position])
         steps.append(f"{match}:{len(run)}/{accepted}")
         auto.advance(answer[position : position + accepted + 1])
         position += accepted + 1
-    return len(answer) * auto.costs.verify(1) / spent, steps
+    return (len(answer) - 1) * auto.costs.verify(1) / spent, steps
 
 
 def main() -> None:
@@ -82,15 +88,16 @@ def main() -> None:
             answers.setdefault(measurement["prompt"], measurement["tokens"])
     target = Model(args.target, ModelConfig(0, 8192), role="target")
     prompts = {p.id: chat_prompt_tokens(target, p.messages) for p in load_prompts(None) if p.id in answers}
+    sure = {prompt_id: best_and_probability(target, prompts[prompt_id], answer)[1] for prompt_id, answer in answers.items()}
     auto = AutoDrafter(costs)  # one controller across the prompts, in the bench's order, as the bench keeps it
     print(f"{'prompt':<22} {'auto':>6} {'known rates':>11} {'ceiling':>8} {'auto/ceiling':>12} {'known/ceiling':>13}")
     for prompt_id, answer in answers.items():
-        ratio, steps = replay(auto, prompts[prompt_id], answer)
+        ratio, steps = replay(auto, prompts[prompt_id], answer, sure[prompt_id])
         learner = AutoDrafter(costs)
         learner.lookup_acceptance = KnownRates()
-        replay(learner, prompts[prompt_id], answer)
+        replay(learner, prompts[prompt_id], answer, sure[prompt_id])
         learner.lookup_acceptance.frozen = True
-        known, _ = replay(learner, prompts[prompt_id], answer)
+        known, _ = replay(learner, prompts[prompt_id], answer, sure[prompt_id])
         ceiling = lookup_ceiling(prompts[prompt_id], answer, costs.verify, K_CAP).ratio
         print(f"{prompt_id:<22} {ratio:6.2f} {known:11.2f} {ceiling:8.2f} {ratio / ceiling:12.2f} {known / ceiling:13.2f}")
         if prompt_id in args.steps:

@@ -52,7 +52,10 @@ class TargetConfidence:
     value: float | None = None
 
     def observe(self, row: np.ndarray) -> None:
-        _, probability = greedy_with_confidence(row)
+        self.observe_probability(greedy_with_confidence(row)[1])
+
+    def observe_probability(self, probability: float) -> None:
+        """The target's probability of its own best token at this step (an offline replay knows it without the row)."""
         self.value = probability if self.value is None else CONFIDENCE_DECAY * self.value + (1 - CONFIDENCE_DECAY) * probability
 
     def forget(self) -> None:
