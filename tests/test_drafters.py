@@ -679,6 +679,29 @@ def test_auto_prices_a_catch_up_by_the_drafts_own_batches_spread_over_the_steps_
     assert choices == {"cheap": "model", "resumable": "model", "dear": "none"}
 
 
+def test_a_catch_up_is_spread_over_the_asks_that_resumes_have_bought(tiny):
+    """Writing code, a resume of the draft buys dozens of asks, and its catch-up is worth paying; editing code, lookup
+    takes the step back after an ask or two, and each resume reads the copied text again for one ask (on a Q8_0 target
+    that made code edits 5-15% slower than lookup alone). The same catch-up is taken in the first case, not the second."""
+    verify = {1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 14.0}
+    decisions, spreads = {}, {}
+    with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
+        assert engine.draft is not None
+        for name, asks_per_resume in (("writing code", 30), ("editing code", 1)):
+            controller = AutoDrafter(CostTable(PassCosts(dict(verify)), PassCosts({1: 1.0, 16: 12.0}), fixed=True),
+                                     ModelDrafter(engine.draft, lazy_start=True))
+            controller.exploration.saved_ms = 0.0  # no try paid for: the choice is the costs' alone
+            for _ in range(6):
+                controller.resume_runs.asked(missed=40)  # a resume after a long stretch the draft did not draft...
+                for _ in range(asks_per_resume - 1):
+                    controller.resume_runs.asked(missed=2)  # ...then asks with a token or two to read
+            controller.start(list(range(1, 17)))  # a new answer: sixteen tokens the draft has yet to read
+            spreads[name] = controller.resume_runs.expected
+            decisions[name] = controller.decide(1, Lookup()).drafter
+    assert spreads["editing code"] < 2 < 20 < spreads["writing code"]
+    assert decisions == {"writing code": "model", "editing code": "none"}
+
+
 def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):
     """The first token once waited for a full calibration on every load (10 s idle, up to 71 s busy, with the real pair)."""
     from localspec.engine.drafters.auto.costs import CALIBRATION_SIZES

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
+from localspec.engine.drafters.auto.catch_up import RUN_PRIOR
 from localspec.engine.drafters.auto.controller import HYBRID, MODEL_K_MAX, best_hybrid, draft_label
 from localspec.engine.drafters.auto.costs import DECAY, CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -109,7 +110,9 @@ class BatchPlanner:
         if self.has_draft_model:
             model_expected, _ = self.model_acceptance.prefix_curves(min(options.cap, MODEL_K_MAX))
             found += [Choice("model", k, 1 + model_expected[k]) for k in range(1, len(model_expected))]
-            hybrid = best_hybrid(self.costs, max(1, options.pending), n_lookup, options.cap, lookup_expected, lookup_survive,
+            # The hybrid candidate is found as auto finds it, the catch-up spread over the asks a resume is first assumed to
+            # buy; the ascent then weighs the step at its whole cost.
+            hybrid = best_hybrid(self.costs, max(1, options.pending), RUN_PRIOR, n_lookup, options.cap, lookup_expected, lookup_survive,
                                  model_expected)
             if hybrid is not None:
                 found.append(Choice(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k))

@@ -42,6 +42,7 @@ import numpy as np
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
+from localspec.engine.drafters.auto.catch_up import ResumeRuns, catch_up_price
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -55,7 +56,6 @@ MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
 CARRIED_ASKS = 4  # what earlier answers taught of the draft model weighs as this many asks in a new one
-CATCH_UP_HORIZON = 8  # steps of drafting that a catch-up on missed text is paid once for (catch_up_price)
 
 
 @dataclass(frozen=True)
@@ -66,24 +66,14 @@ class HybridPlan:
     rate: float  # tokens per ms, priced as a step of its own
 
 
-def catch_up_price(costs: CostTable, missed: int, then: int = 0) -> float:
-    """The draft's first pass of an ask, reading the `missed` accepted tokens it has not seen, then `then` more (a hybrid's
-    lookup tokens), as decide() weighs it. Reading what it missed is paid once, and the draft then drafts with one or two
-    to read a step for as long as it keeps winning: the part beyond one token is spread over CATCH_UP_HORIZON steps.
-    Charged whole to one step, a draft that had sat out a plain stretch (or not yet read the prompt) was never resumed
-    after its catch-up was priced at what it costs: on code it had won 1.6x plain, auto then ran at 1.06x."""
-    first = costs.draft_batch(1 + then)
-    return first + (costs.draft_batch(max(1, missed) + then) - first) / CATCH_UP_HORIZON
-
-
-def best_hybrid(costs: CostTable, pending: int, n_lookup: int, k_cap: int, lookup_expected: list[float],
+def best_hybrid(costs: CostTable, pending: int, spread: float, n_lookup: int, k_cap: int, lookup_expected: list[float],
                 lookup_survive: list[float], model_expected: list[float]) -> HybridPlan | None:
     """The best (j, m) of the first j <= n_lookup lookup tokens then m draft-model tokens under the cap: the draft
-    reads its `pending` tokens and the j in one catch-up batch (catch_up_price), takes m - 1 one-token steps, and the target verifies
+    reads its `pending` tokens and the j in one catch-up batch (catch_up_price, spread over `spread` asks), takes m - 1 one-token steps, and the target verifies
     j + m + 1; expected, the run's accepted tokens plus, when all j survive, the model's. None without a run."""
     best: HybridPlan | None = None
     for j in range(1, min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX) + 1):
-        catch_up = catch_up_price(costs, pending, j)
+        catch_up = catch_up_price(costs, pending, spread, j)
         for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
             tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
             rate = tokens / (catch_up + (m - 1) * costs.draft_ms_per_token + costs.verify(j + m + 1))
@@ -134,6 +124,7 @@ class AutoDrafter(Drafter):
         self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self.exploration = ExplorationBudget()  # kept across requests, as the acceptance is
+        self.resume_runs = ResumeRuns()  # what a catch-up is spread over (catch_up.py); kept across requests too
 
     @property
     def model_acceptance(self) -> AcceptanceModel:
@@ -150,6 +141,7 @@ class AutoDrafter(Drafter):
         self.lookup_acceptance.forget_guesses()
         self.draft_acceptance.carry_over(CARRIED_ASKS)
         self.confidence.forget()
+        self.resume_runs.end()
 
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
@@ -164,13 +156,14 @@ class AutoDrafter(Drafter):
             model_expected, _ = self.model_acceptance.prefix_curves(MODEL_K_MAX)
             # The draft first decodes the accepted text it has not seen, in one batch that also gives its first token
             # (after a drafting step, just the target's own token); each further token is a one-token step.
-            priced, now = catch_up_price(self.costs, self.model.pending_tokens), self.costs.draft_batch(max(1, self.model.pending_tokens))
+            pending, spread = self.model.pending_tokens, self.resume_runs.expected
+            priced, now = catch_up_price(self.costs, pending, spread), self.costs.draft_batch(max(1, pending))
             for k in range(1, min(k_cap, MODEL_K_MAX) + 1):
                 rest = (k - 1) * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
                 decision = Decision(self.model.name, k, 1 + model_expected[k])
                 options.append((decision, decision.predicted_tokens / (priced + rest)))
                 model_tries.append((decision, priced + rest, now + rest))
-            hybrid = best_hybrid(self.costs, self.model.pending_tokens, n_lookup, k_cap, lookup_expected, lookup_survive, model_expected)
+            hybrid = best_hybrid(self.costs, pending, spread, n_lookup, k_cap, lookup_expected, lookup_survive, model_expected)
             if hybrid is not None:
                 options.append((Decision(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k), hybrid.rate))
         best, best_rate = max(options, key=lambda option: option[1])
@@ -197,7 +190,9 @@ class AutoDrafter(Drafter):
         decision = self.decide(k, lookup)
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
-        if self.model is not None and decision.drafter in (self.model.name, HYBRID):
+        asked = self.model is not None and decision.drafter in (self.model.name, HYBRID)
+        if self.model is not None and asked:
+            self.resume_runs.asked(self.model.pending_tokens)
             self._asked_class = self.confidence.class_index
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
             continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)

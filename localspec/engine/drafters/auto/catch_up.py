@@ -1,0 +1,65 @@
+"""What the draft model's catch-up costs a step: reading the accepted text it missed, spread over the asks it buys.
+
+The draft model reads what it has not seen (a plain or lookup stretch, or the
+prompt itself the first time) in one batch before it drafts. That batch is paid
+once, and the draft then drafts with a token or two to read a step for as long as
+it keeps being asked. Charged whole to one step, a draft that had sat out a plain
+stretch was never resumed (on code it had won 1.6x plain, auto then ran at 1.06x);
+spread over a fixed 8 steps, it was resumed on code edits after every copied
+stretch, where lookup takes the step back after one to four asks: on a Q8_0 target
+each resume read 25-120 copied tokens for 0.3-0.7 s, and code edits ran 5-15%
+slower than lookup alone.
+
+So the catch-up is spread over the asks a resume has been seen to buy: how many
+times the draft model was asked from one resume to the next (or to the answer's
+end), learned with decay. A resume is an ask that reads at least RESUME_MIN
+missed tokens: after a plain or lookup step or two the draft is asked again for
+next to nothing, and the run goes on (fib on a Q8_0 target: one resume, then 30
+asks with a lookup step here and there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localspec.engine.drafters.auto.costs import CostTable
+
+RUN_PRIOR = 8.0  # asks a resume is assumed to buy before any was seen (the fixed spread this replaced)
+RUN_PRIOR_WEIGHT = 1.0  # ...worth this many observed runs
+RUN_DECAY = 0.8  # per run: the last few runs weigh most (code edits and code writing buy different runs)
+RESUME_MIN = 8  # missed tokens that make an ask a resume, whose run teaches the spread
+
+
+@dataclass
+class ResumeRuns:
+    """How many asks a resume of the draft model buys (until the next resume), learned with decay from the runs seen."""
+
+    total: float = RUN_PRIOR * RUN_PRIOR_WEIGHT
+    weight: float = RUN_PRIOR_WEIGHT
+    current: int | None = None  # asks since the last resume (None: none yet in this answer)
+
+    @property
+    def expected(self) -> float:
+        return max(1.0, self.total / self.weight)
+
+    def asked(self, missed: int) -> None:
+        """The draft model was asked, after it `missed` accepted tokens."""
+        if missed >= RESUME_MIN:
+            self.end()
+            self.current = 1
+        elif self.current is not None:
+            self.current += 1
+
+    def end(self) -> None:
+        """The run in progress is over (a resume, or the answer's end): it teaches the spread."""
+        if self.current is not None:
+            self.total = RUN_DECAY * self.total + self.current
+            self.weight = RUN_DECAY * self.weight + 1
+            self.current = None
+
+
+def catch_up_price(costs: CostTable, missed: int, spread: float, then: int = 0) -> float:
+    """The draft's first pass of an ask, reading the `missed` accepted tokens it has not seen, then `then` more (a hybrid's
+    lookup tokens), as decide() weighs it: one token's pass, plus the rest of the batch spread over `spread` asks."""
+    first = costs.draft_batch(1 + then)
+    return first + (costs.draft_batch(max(1, missed) + then) - first) / spread
