@@ -11,7 +11,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel
+from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel, ShadowRun, settle
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.draft_model import ModelDrafter
@@ -155,6 +155,20 @@ def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
     controller.advance([40])  # the text went elsewhere: the run's first token was wrong
     assert controller.lookup_acceptance.expected_accepted(2, 3, unsure=True) < before
     assert controller.lookup_acceptance.expected_accepted(2, 3) == AgreementModel().expected_accepted(2, 3)
+
+
+def test_a_lookup_run_teaches_each_position_as_soon_as_it_is_judged():
+    """A long copy's run is decided only where the copy ends: taught only then, auto drafted a copy's first 32 tokens
+    3 at a time on its priors. Each position teaches as the text confirms it, and in all the run teaches what it would
+    have taught whole."""
+    model = AgreementModel()
+    before = model.expected_accepted(20, 16)
+    shadows = settle([ShadowRun(20, list(range(100, 132)))], list(range(100, 112)), model)  # 12 of 32 held so far
+    assert shadows and model.expected_accepted(20, 16) > before  # undecided, and taught already
+    assert not settle(shadows, [112, 7], model)  # one more held, then the copy ended
+    whole = AgreementModel()
+    whole.observe(20, 32, 13)
+    assert (model.early, model.deep) == (whole.early, whole.deep)
 
 
 def test_a_copy_that_held_its_first_tokens_goes_on_alike_whatever_its_start():

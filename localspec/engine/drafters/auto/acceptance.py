@@ -47,12 +47,17 @@ class AcceptanceModel:
         self.observe(max(1, n_drafted), n_accepted)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
-        while len(self.tries) < n_drafted:
+        self.observe_positions(0, min(n_drafted, n_accepted), missed=n_accepted < n_drafted)
+
+    def observe_positions(self, start: int, held: int, missed: bool) -> None:
+        """Positions start..held-1 held; `missed`: position `held` was then rejected (positions past it were never judged)."""
+        end = held + 1 if missed else held
+        while len(self.tries) < end:
             self.hits.append(0.0)
             self.tries.append(0.0)
-        for i in range(min(n_drafted, n_accepted + 1)):  # positions past the first rejection were never judged
+        for i in range(start, end):
             self.tries[i] = self.decay * self.tries[i] + 1
-            self.hits[i] = self.decay * self.hits[i] + (1 if i < n_accepted else 0)
+            self.hits[i] = self.decay * self.hits[i] + (1 if i < held else 0)
 
     def carry_over(self, weight: float) -> None:
         """A new answer: what earlier ones taught stays its belief, worth at most `weight` observations per position, so

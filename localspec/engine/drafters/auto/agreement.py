@@ -68,19 +68,27 @@ class AgreementModel:
 
     def observe(self, match_length: int, n_drafted: int, n_accepted: int, unsure: bool = False) -> None:
         """A run of `n_drafted` tokens from `match_length` of which the first `n_accepted` held."""
-        self._early(match_length, unsure).observe(min(n_drafted, EARLY), min(n_accepted, EARLY))
-        if n_drafted > EARLY and n_accepted >= EARLY:
-            self.deep.observe(n_drafted - EARLY, n_accepted - EARLY)
+        self.observe_positions(match_length, 0, min(n_drafted, n_accepted), n_accepted < n_drafted, unsure)
+
+    def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False) -> None:
+        """A run from `match_length` whose positions start..held-1 held, then (`missed`) position `held` did not."""
+        if start < EARLY:
+            self._early(match_length, unsure).observe_positions(start, min(held, EARLY), missed and held < EARLY)
+        if held > EARLY or (missed and held == EARLY):
+            self.deep.observe_positions(max(0, start - EARLY), held - EARLY, missed)
 
 
 @dataclass
 class ShadowRun:
-    """A lookup run waiting for the text that follows it, which tells how much of it would have been accepted."""
+    """A lookup run waiting for the text that follows it, which tells how much of it would have been accepted. Each
+    position teaches as soon as it is judged: a long copy's run is decided only when the copy ends, and taught only
+    then, auto drafted a copy's first 32 tokens 3 at a time on the priors alone."""
 
     match_length: int  # the agreement it started from
     tokens: list[int]
     unsure: bool = False  # found where the target had lately been unsure
     matched: int = 0
+    taught: int = 0  # positions already taught
 
     def judge(self, tokens: Sequence[int]) -> bool:
         """Compare the next settled tokens; True once the run is decided (a mismatch, or all of it matched)."""
@@ -92,16 +100,20 @@ class ShadowRun:
                 return True
         return False
 
-    def teach(self, model: AgreementModel) -> None:
-        model.observe(self.match_length, len(self.tokens), self.matched, self.unsure)
+    def teach(self, model: AgreementModel, decided: bool) -> None:
+        """The positions judged since the last lesson, and the miss that decided the run, if one did."""
+        missed = decided and self.matched < len(self.tokens)
+        if self.matched > self.taught or missed:
+            model.observe_positions(self.match_length, self.taught, self.matched, missed, self.unsure)
+        self.taught = self.matched
 
 
 def settle(shadows: Sequence[ShadowRun], tokens: Sequence[int], model: AgreementModel) -> list[ShadowRun]:
-    """The next settled tokens judge the waiting runs; each decided one teaches `model`, the undecided are returned."""
+    """The next settled tokens judge the waiting runs and teach `model` what they showed; the undecided are returned."""
     undecided = []
     for shadow in shadows:
-        if shadow.judge(tokens):
-            shadow.teach(model)
-        else:
+        decided = shadow.judge(tokens)
+        shadow.teach(model, decided)
+        if not decided:
             undecided.append(shadow)
     return undecided
