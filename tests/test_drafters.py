@@ -716,6 +716,26 @@ def test_a_catch_up_is_spread_over_the_asks_that_resumes_have_bought(tiny):
     assert decisions == {"writing code": "model", "editing code": "none"}
 
 
+def test_a_resume_is_expected_to_buy_no_more_asks_than_lookup_leaves_the_draft():
+    """Resumes that bought 30 asks each (writing code) say little of an answer where lookup takes every other step (an
+    edit): there a resumed draft keeps about as many steps as lookup leaves it before it falls behind again."""
+    from localspec.engine.drafters.auto.catch_up import ResumeRuns
+
+    runs = ResumeRuns()
+    for _ in range(6):
+        runs.asked(missed=40)
+        for _ in range(29):
+            runs.asked(missed=2)
+    runs.new_answer()
+    learned = runs.expected
+    assert learned > 20
+    for by_lookup in (False, True, True, False, True):  # lookup took three of the answer's five steps
+        runs.step(by_lookup)
+    assert runs.expected < 3
+    runs.new_answer()
+    assert runs.expected == learned  # the next answer's text is its own
+
+
 def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):
     """The first token once waited for a full calibration on every load (10 s idle, up to 71 s busy, with the real pair)."""
     from localspec.engine.drafters.auto.costs import CALIBRATION_SIZES

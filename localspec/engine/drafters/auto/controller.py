@@ -141,7 +141,7 @@ class AutoDrafter(Drafter):
         self.lookup_acceptance.forget_guesses()
         self.draft_acceptance.carry_over(CARRIED_ASKS)
         self.confidence.forget()
-        self.resume_runs.end()
+        self.resume_runs.new_answer()
 
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
@@ -191,6 +191,7 @@ class AutoDrafter(Drafter):
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
         asked = self.model is not None and decision.drafter in (self.model.name, HYBRID)
+        self.resume_runs.step(by_lookup=decision.drafter == self.ngram.name)
         if self.model is not None and asked:
             self.resume_runs.asked(self.model.pending_tokens)
             self._asked_class = self.confidence.class_index
