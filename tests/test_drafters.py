@@ -709,16 +709,19 @@ def test_a_catch_up_is_spread_over_the_asks_that_resumes_have_bought(tiny):
                 controller.resume_runs.asked(missed=40)  # a resume after a long stretch the draft did not draft...
                 for _ in range(asks_per_resume - 1):
                     controller.resume_runs.asked(missed=2)  # ...then asks with a token or two to read
-            controller.start(list(range(1, 17)))  # a new answer: sixteen tokens the draft has yet to read
+            controller.start(list(range(1, 17)))  # a new answer: sixteen tokens the draft has yet to read...
+            for _ in range(10):
+                controller.resume_runs.step(copied=False)  # ...where lookup has taken no step
             spreads[name] = controller.resume_runs.expected
             decisions[name] = controller.decide(1, Lookup()).drafter
-    assert spreads["editing code"] < 2 < 20 < spreads["writing code"]
+    assert spreads["editing code"] < 2 < 15 < spreads["writing code"]
     assert decisions == {"writing code": "model", "editing code": "none"}
 
 
 def test_a_resume_is_expected_to_buy_no_more_asks_than_lookup_leaves_the_draft():
-    """Resumes that bought 30 asks each (writing code) say little of an answer where lookup takes every other step (an
-    edit): there a resumed draft keeps about as many steps as lookup leaves it before it falls behind again."""
+    """Resumes that bought 30 asks each (writing code) say little of an answer where lookup takes most steps (an edit):
+    there a resumed draft keeps about as many steps as lookup leaves it before it falls behind again. A new answer's
+    first resume reads the whole prompt, so it waits until the answer's first steps show which it is."""
     from localspec.engine.drafters.auto.catch_up import ResumeRuns
 
     runs = ResumeRuns()
@@ -727,13 +730,14 @@ def test_a_resume_is_expected_to_buy_no_more_asks_than_lookup_leaves_the_draft()
         for _ in range(29):
             runs.asked(missed=2)
     runs.new_answer()
-    learned = runs.expected
-    assert learned > 20
-    for by_lookup in (False, True, True, False, True):  # lookup took three of the answer's five steps
-        runs.step(by_lookup)
+    assert runs.learned > 20
+    assert runs.expected <= 2  # a new answer: whether it rewrites or writes anew, its first steps will tell
+    for _ in range(10):
+        runs.step(copied=False)
+    assert runs.expected > 15  # new code: lookup copied in none of them
+    for copied in (True, True, False, True):  # then lookup copied in three steps of four
+        runs.step(copied)
     assert runs.expected < 3
-    runs.new_answer()
-    assert runs.expected == learned  # the next answer's text is its own
 
 
 def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):

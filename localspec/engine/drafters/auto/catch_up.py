@@ -17,11 +17,14 @@ missed tokens: after a plain or lookup step or two the draft is asked again for
 next to nothing, and the run goes on (fib on a Q8_0 target: one resume, then 30
 asks with a lookup step here and there).
 
-Within an answer, lookup taking steps says the same sooner: where it took a
-share s of the last steps, a resumed draft is expected to keep about 1/s of them
+Within an answer, lookup copying says the same sooner: where it copied (drafted
+and had COPY_STEP tokens or more accepted) in a share s of the last steps, a resumed draft is expected to keep about 1/s of them
 before lookup takes one back and the draft falls behind again. A rename on a
 Q8_0 target resumed the draft after fib's 30-ask run had taught a spread of 15:
 it bought 3 asks, and the answer ran at 1.74x plain where lookup alone ran 2.5x.
+A new answer starts at a share of one half, so the resume that reads the prompt
+waits for the answer's first steps: taken at once, it cost every rename its first
+0.7 s (1.95x plain, three rounds of three) for the four asks it bought.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ RUN_PRIOR = 8.0  # asks a resume is assumed to buy before any was seen (the fixe
 RUN_PRIOR_WEIGHT = 1.0  # ...worth this many observed runs
 RUN_DECAY = 0.8  # per run: the last few runs weigh most (code edits and code writing buy different runs)
 RESUME_MIN = 8  # missed tokens that make an ask a resume, whose run teaches the spread
-LOOKUP_SHARE_DECAY = 0.8  # per step: the share of the last few steps that lookup took
+LOOKUP_SHARE_DECAY = 0.8  # per step: the share of the last few steps that lookup copied in
+# A new answer's share before its first step: a resume there reads the whole prompt, and only the answer's first steps
+# tell a rewrite, where lookup takes the step back at once, from new code (the module's docstring has the numbers).
+NEW_ANSWER_LOOKUP_SHARE = 0.5
 
 
 @dataclass
@@ -44,17 +50,22 @@ class ResumeRuns:
     total: float = RUN_PRIOR * RUN_PRIOR_WEIGHT
     weight: float = RUN_PRIOR_WEIGHT
     current: int | None = None  # asks since the last resume (None: none yet in this answer)
-    lookup_share: float = 0.0  # of this answer's last steps, decayed: how many lookup took
+    lookup_share: float = NEW_ANSWER_LOOKUP_SHARE  # of this answer's last steps, decayed: how many lookup copied in
+
+    @property
+    def learned(self) -> float:
+        """The asks resumes have bought."""
+        return max(1.0, self.total / self.weight)
 
     @property
     def expected(self) -> float:
         """The asks a resume now is expected to buy: as many as resumes have bought, and no more than lookup leaves."""
-        learned = max(1.0, self.total / self.weight)
-        return min(learned, 1 / self.lookup_share) if self.lookup_share > 0 else learned
+        return min(self.learned, 1 / self.lookup_share) if self.lookup_share > 0 else self.learned
 
-    def step(self, by_lookup: bool) -> None:
-        """A step was decided; `by_lookup`: lookup drafted it."""
-        self.lookup_share = LOOKUP_SHARE_DECAY * self.lookup_share + (1 - LOOKUP_SHARE_DECAY) * by_lookup
+    def step(self, copied: bool) -> None:
+        """A step was taken; `copied`: lookup drafted it and a copy's worth was accepted (a step or two of a short match
+        in new code is not a copy: counted, it kept the draft from ever resuming on fib)."""
+        self.lookup_share = LOOKUP_SHARE_DECAY * self.lookup_share + (1 - LOOKUP_SHARE_DECAY) * copied
 
     def asked(self, missed: int) -> None:
         """The draft model was asked, after it `missed` accepted tokens."""
@@ -67,7 +78,7 @@ class ResumeRuns:
     def new_answer(self) -> None:
         """The run in progress ends with its answer; lookup's share is the new answer's own."""
         self.end()
-        self.lookup_share = 0.0
+        self.lookup_share = NEW_ANSWER_LOOKUP_SHARE
 
     def end(self) -> None:
         """The run in progress is over (a resume, or the answer's end): it teaches the spread."""

@@ -55,6 +55,7 @@ from localspec.engine.stats import GenerationStats
 MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
+COPY_STEP = 3  # lookup tokens a step must have accepted to show a copy (catch_up.ResumeRuns.step)
 CARRIED_ASKS = 4  # what earlier answers taught of the draft model weighs as this many asks in a new one
 
 
@@ -191,7 +192,6 @@ class AutoDrafter(Drafter):
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
         asked = self.model is not None and decision.drafter in (self.model.name, HYBRID)
-        self.resume_runs.step(by_lookup=decision.drafter == self.ngram.name)
         if self.model is not None and asked:
             self.resume_runs.asked(self.model.pending_tokens)
             self._asked_class = self.confidence.class_index
@@ -209,6 +209,7 @@ class AutoDrafter(Drafter):
 
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
+        self.resume_runs.step(copied=self.last_decision.drafter == self.ngram.name and accepted >= COPY_STEP)
         if self._model_drafted is not None and accepted >= self._model_after:
             self.draft_acceptance[self._asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
