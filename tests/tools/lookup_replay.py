@@ -41,9 +41,9 @@ class KnownRates(AgreementModel):
         for model in (*self.early.values(), self.deep):
             model.decay = 1.0
 
-    def observe(self, match_length: int, n_drafted: int, n_accepted: int, unsure: bool = False) -> None:
-        if not self.frozen:
-            super().observe(match_length, n_drafted, n_accepted, unsure)
+    def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False) -> None:
+        if not self.frozen:  # every lesson, a whole run's or a run's positions as they are judged, comes through here
+            super().observe_positions(match_length, start, held, missed, unsure)
 
     def forget_guesses(self) -> None:
         if not self.frozen:

@@ -18,8 +18,9 @@ next to nothing, and the run goes on (fib on a Q8_0 target: one resume, then 30
 asks with a lookup step here and there).
 
 Within an answer, lookup copying says the same sooner: where it copied (drafted
-and had COPY_STEP tokens or more accepted) in a share s of the last steps, a resumed draft is expected to keep about 1/s of them
-before lookup takes one back and the draft falls behind again. A rename on a
+and had COPY_STEP tokens or more accepted) in a share s of the last steps, a
+resumed draft is expected to keep about 1/s of them before lookup takes one back
+and the draft falls behind again. A rename on a
 Q8_0 target resumed the draft after fib's 30-ask run had taught a spread of 15:
 it bought 3 asks, and the answer ran at 1.74x plain where lookup alone ran 2.5x.
 A new answer starts at a share of one half, so the resume that reads the prompt
@@ -37,6 +38,7 @@ RUN_PRIOR = 8.0  # asks a resume is assumed to buy before any was seen (the fixe
 RUN_PRIOR_WEIGHT = 1.0  # ...worth this many observed runs
 RUN_DECAY = 0.8  # per run: the last few runs weigh most (code edits and code writing buy different runs)
 RESUME_MIN = 8  # missed tokens that make an ask a resume, whose run teaches the spread
+COPY_STEP = 3  # lookup tokens a step must have had accepted to count as a copy (ResumeRuns.step)
 LOOKUP_SHARE_DECAY = 0.8  # per step: the share of the last few steps that lookup copied in
 # A new answer's share before its first step: a resume there reads the whole prompt, and only the answer's first steps
 # tell a rewrite, where lookup takes the step back at once, from new code (the module's docstring has the numbers).

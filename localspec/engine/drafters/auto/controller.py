@@ -42,7 +42,7 @@ import numpy as np
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
-from localspec.engine.drafters.auto.catch_up import ResumeRuns, catch_up_price
+from localspec.engine.drafters.auto.catch_up import COPY_STEP, ResumeRuns, catch_up_price
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -55,7 +55,6 @@ from localspec.engine.stats import GenerationStats
 MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
-COPY_STEP = 3  # lookup tokens a step must have accepted to show a copy (catch_up.ResumeRuns.step)
 CARRIED_ASKS = 4  # what earlier answers taught of the draft model weighs as this many asks in a new one
 
 
@@ -70,8 +69,9 @@ class HybridPlan:
 def best_hybrid(costs: CostTable, pending: int, spread: float, n_lookup: int, k_cap: int, lookup_expected: list[float],
                 lookup_survive: list[float], model_expected: list[float]) -> HybridPlan | None:
     """The best (j, m) of the first j <= n_lookup lookup tokens then m draft-model tokens under the cap: the draft
-    reads its `pending` tokens and the j in one catch-up batch (catch_up_price, spread over `spread` asks), takes m - 1 one-token steps, and the target verifies
-    j + m + 1; expected, the run's accepted tokens plus, when all j survive, the model's. None without a run."""
+    reads its `pending` tokens and the j in one catch-up batch (catch_up_price, spread over `spread` asks), takes m - 1
+    one-token steps, and the target verifies j + m + 1; expected, the run's accepted tokens plus, when all j survive,
+    the model's. None without a run."""
     best: HybridPlan | None = None
     for j in range(1, min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX) + 1):
         catch_up = catch_up_price(costs, pending, spread, j)
@@ -191,8 +191,7 @@ class AutoDrafter(Drafter):
         decision = self.decide(k, lookup)
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
-        asked = self.model is not None and decision.drafter in (self.model.name, HYBRID)
-        if self.model is not None and asked:
+        if self.model is not None and decision.drafter in (self.model.name, HYBRID):
             self.resume_runs.asked(self.model.pending_tokens)
             self._asked_class = self.confidence.class_index
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
