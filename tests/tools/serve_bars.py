@@ -36,6 +36,9 @@ from localspec.engine.events import Finished
 from tests.live_server import free_port, live_server
 
 MAX_TOKENS = 128
+# Between two modes' requests: llama.cpp's worker threads poll for work for a while after a pass (its --poll), and a
+# request sent at once to another server ran beside them (ours lost 10% following llama-server -md every time).
+SETTLE_S = 1.0
 
 
 def post(url: str, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -111,10 +114,13 @@ def main() -> None:
                 messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
                 order = list(modes.items())
                 order = order[round_index % len(order):] + order[: round_index % len(order)]
+                rates = []
                 for name, ask in order:
+                    time.sleep(SETTLE_S)
                     tokens, seconds = ask(messages)
                     add(name, tokens, seconds)
-                print(f"  round {round_index + 1}, {prompt.id}: done", file=sys.stderr, flush=True)
+                    rates.append(f"{name.split(' (')[0]} {tokens / seconds:.1f}")
+                print(f"  round {round_index + 1}, {prompt.id}: " + ", ".join(rates) + " tok/s", file=sys.stderr, flush=True)
 
     print(f"\nOne client, {len(prompts)} bench prompts x {args.rounds} round(s), each round on fresh servers, temperature 0, "
           f"{MAX_TOKENS} tokens max, {args.threads} threads; end-to-end tok/s (request to last byte)")
