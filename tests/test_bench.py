@@ -182,6 +182,7 @@ def test_the_autocomplete_replay_times_every_line_in_each_mode_and_completes_as_
         assert [(c["line"], c["typed"]) for c in summary["completions"]] == typing * 2
         assert summary["requests"] == 20 and all(c["total_ms"] >= c["first_token_ms"] > 0 for c in summary["completions"])
         assert all("\n" not in c["text"] and c["tokens"] <= 48 for c in summary["completions"])  # the rest of one line at most
+    assert summaries[0]["speedup_median"] == 1.0 and all(s["speedup_median"] > 0 for s in summaries)  # paired with plain's
     # Greedy: every mode completes each line as plain decoding does (a near-tie could part one on another machine).
     assert all(s["same_as_plain"] >= s["requests"] - 1 for s in summaries)
     # The default input is two of localspec's own files; a model without FIM tokens is refused before anything runs.
