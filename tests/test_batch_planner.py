@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
-from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.ngram import Lookup
 from tests.test_drafters import GPU_LIKE
 
@@ -50,7 +51,8 @@ def sure(planner: BatchPlanner) -> BatchPlanner:
     """Both have been right: copies that agree this far, and the draft model."""
     for _ in range(40):
         planner.lookup_acceptance.observe(20, 8, 8)
-        planner.model_acceptance.observe(8, 8)
+        for model in planner.draft_acceptance.models:
+            model.observe(8, 8)
     return planner
 
 
@@ -75,3 +77,50 @@ def test_a_hybrid_step_is_priced_with_its_lookup_tokens_in_the_drafts_first_pass
     costs = plan.costs
     assert plan.step_ms([hybrid], options) == costs.verify(6) + costs.draft_batch(1 + 3) + costs.draft_batch(1)
     assert plan.step_ms([model], options) == costs.verify(3) + costs.draft_batch(1) + costs.draft_batch(1)
+
+
+def belief_after(asks_per_resume: int) -> SequenceBelief:
+    """A slot's belief after six resumes of the draft that bought `asks_per_resume` asks each, in an answer where lookup
+    has since taken no step."""
+    belief = SequenceBelief()
+    for _ in range(6):
+        belief.asked(missed=40)
+        for _ in range(asks_per_resume - 1):
+            belief.asked(missed=2)
+    belief.new_answer()
+    for _ in range(10):
+        belief.stepped(lookup_drafted=False, accepted=0)
+    return belief
+
+
+def test_a_slots_catch_up_is_priced_over_the_asks_a_resume_buys_there():
+    """As auto prices it for a lone answer (catch_up.py): writing code, a resume buys dozens of asks and its catch-up is
+    worth paying; editing code, lookup takes the step back after one, and the same catch-up is not. Priced whole, as
+    the planner once did, a draft that sat out a stretch never resumed: one client of `serve --parallel 4` wrote fib on
+    a Q8_0 target at 0.7x what auto wrote it at."""
+    # A cheap-batch target, and a draft whose catch-up of 16 tokens costs a target pass.
+    plan = BatchPlanner(CostTable(PassCosts({1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 14.0}), PassCosts({1: 1.0, 16: 12.0}), fixed=True),
+                        has_draft_model=True)
+    plan.exploration.saved_ms = 0.0  # no try paid for: the choice is the costs' alone
+    for name, asks, drafts in (("writing code", 30, True), ("editing code", 1, False)):
+        [choice] = plan.plan([SlotOptions("auto", 1, Lookup(), 16, belief_after(asks))])
+        assert (choice.source == "model") is drafts, name
+    options = [SlotOptions("auto", 1, Lookup(), 16, belief_after(30))]
+    model = Choice("model", 1, 1.9)
+    assert plan.step_ms([model], options, spread=True) < plan.step_ms([model], options)  # the real step pays it whole
+
+
+def test_the_draft_model_is_judged_by_how_sure_each_slots_target_is():
+    """Asks where the target was unsure (prose) teach that class alone: a slot in sure text (code) still drafts, one in
+    unsure text does not, in the same batch."""
+    plan = planner(*GPU_LIKE)
+    plan.exploration.saved_ms = 0.0
+    sure_text, prose = SequenceBelief(), SequenceBelief()
+    for _ in range(10):
+        sure_text.confidence.observe_probability(0.99)
+        prose.confidence.observe_probability(0.3)
+    for _ in range(20):
+        plan.observe_model(Choice("model", 4, 5.0), prose.confidence.class_index, 4, 0)
+        plan.observe_model(Choice("model", 4, 5.0), sure_text.confidence.class_index, 4, 4)
+    choices = plan.plan([SlotOptions("auto", 4, Lookup(), 1, sure_text), SlotOptions("auto", 4, Lookup(), 1, prose)])
+    assert choices[0].source == "model" and choices[1].k == 0

@@ -9,18 +9,22 @@ expected tokens over its expected time, one slot at a time given the others
 (coordinate ascent), starting from plain decoding for every slot: a plan is
 taken only where it beats that, so when the batch is big enough that drafting
 does not pay, nobody drafts. Acceptance is learned across slots and requests
-(one model for the draft model, one for lookup by its source's agreement, as auto's).
+(the draft model's by the class of how sure the target is, lookup's by its
+source's agreement, as auto's); each slot keeps what auto keeps of a lone answer
+(belief.py), so a catch-up is priced spread over the asks a resume buys there,
+and a losing draft is tried only where the slot's text gives it hope.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from localspec.engine.drafters.auto.acceptance import AcceptanceModel
+from localspec.engine.drafters.auto.acceptance import prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
-from localspec.engine.drafters.auto.catch_up import RUN_PRIOR
-from localspec.engine.drafters.auto.controller import HYBRID, MODEL_K_MAX, best_hybrid, draft_label
+from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.auto.confidence import ConfidenceClasses
+from localspec.engine.drafters.auto.controller import CARRIED_ASKS, HYBRID, MODEL_K_MAX, best_hybrid, draft_label
 from localspec.engine.drafters.auto.costs import DECAY, CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
@@ -36,6 +40,7 @@ class SlotOptions:
     cap: int  # the most draft tokens it may take (its K, its room in the context, its tokens left)
     lookup: Lookup  # prompt lookup's run here (maybe empty)
     pending: int  # tokens the draft model must read before it drafts for this slot
+    belief: SequenceBelief = field(default_factory=SequenceBelief)  # what the slot's answer has shown so far
 
 
 @dataclass(frozen=True)
@@ -62,10 +67,15 @@ class BatchPlanner:
     def __init__(self, costs: CostTable, has_draft_model: bool) -> None:
         self.costs = costs
         self.has_draft_model = has_draft_model and costs.has_draft
-        self.model_acceptance = AcceptanceModel(prior=0.7)
+        self.draft_acceptance = ConfidenceClasses()
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
         self.exploration = ExplorationBudget()
+
+    def start_answer(self) -> None:
+        """A request starts: what earlier answers taught of the draft model stays a belief this one soon outweighs, as
+        auto's does (controller.CARRIED_ASKS)."""
+        self.draft_acceptance.carry_over(CARRIED_ASKS)
 
     # --- choosing ---------------------------------------------------------------------
 
@@ -94,76 +104,94 @@ class BatchPlanner:
         if options.drafter == "ngram" and options.lookup.tokens and not options.lookup.resumed and options.cap:
             return self._lookup_choice(options.lookup, min(options.cap, len(options.lookup.tokens)))
         if options.drafter == "model" and self.has_draft_model and options.cap:
-            return Choice("model", options.cap, 1 + self.model_acceptance.expected_accepted(options.cap))
+            return Choice("model", options.cap, 1 + self._model_curve(options, options.cap)[options.cap])
         return PLAIN
 
     def _lookup_choice(self, lookup: Lookup, k: int) -> Choice:
         return Choice("ngram", k, 1 + self.lookup_acceptance.expected_accepted(lookup.match_length, k))
+
+    def _model_curve(self, options: SlotOptions, k: int) -> list[float]:
+        """The draft model's expected accepted tokens among its first 0..k, in the class of the slot's confidence."""
+        return self.draft_acceptance[options.belief.confidence.class_index].prefix_curves(k)[0]
 
     def _candidates(self, options: SlotOptions) -> list[Choice]:
         """Plain, each K of lookup and of the draft model, and the hybrid (j, m) that is best as a step of its own (one
         candidate, not all j x m: the ascent weighs it in the batch like the others)."""
         found = [PLAIN]
         n_lookup = min(options.cap, len(options.lookup.tokens))
-        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(options.lookup.match_length, n_lookup)
+        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(options.lookup.match_length, n_lookup,
+                                                                               options.belief.confidence.unsure)
         found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
-            model_expected, _ = self.model_acceptance.prefix_curves(min(options.cap, MODEL_K_MAX))
+            model_expected = self._model_curve(options, min(options.cap, MODEL_K_MAX))
             found += [Choice("model", k, 1 + model_expected[k]) for k in range(1, len(model_expected))]
-            # The hybrid candidate is found as auto finds it, the catch-up spread over the asks a resume is first assumed to
-            # buy; the ascent then weighs the step at its whole cost.
-            hybrid = best_hybrid(self.costs, max(1, options.pending), RUN_PRIOR, n_lookup, options.cap, lookup_expected, lookup_survive,
-                                 model_expected)
+            # The hybrid candidate is found as auto finds it; the ascent then weighs it in the batch like the others.
+            hybrid = best_hybrid(self.costs, max(1, options.pending), options.belief.resume_runs.expected, n_lookup, options.cap,
+                                 lookup_expected, lookup_survive, model_expected)
             if hybrid is not None:
                 found.append(Choice(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k))
         return found
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
-        return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots)
+        return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots, spread=True)
 
-    def step_ms(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
-        """The expected time of the step the choices make: the drafting passes, one target pass, the step's overhead."""
+    def step_ms(self, choices: Sequence[Choice], slots: Sequence[SlotOptions], spread: bool = False) -> float:
+        """The expected time of the step the choices make: the drafting passes, one target pass, the step's overhead.
+        `spread`: as choices weigh it, each slot's catch-up beyond its first tokens spread over the asks a resume buys
+        there (catch_up.catch_up_price, for a lone slot exactly that)."""
         ms = self.overhead_ms + self.costs.verify(sum(choice.k + 1 for choice in choices))
-        # (model tokens, tokens the draft reads first: what it has not seen, and a hybrid's lookup tokens)
-        depths = [(choice.model_k, options.pending + choice.lookup_k) for choice, options in zip(choices, slots) if choice.model_k]
-        if depths:
-            ms += self.costs.draft_batch(sum(max(1, pending) for _, pending in depths))  # catch-up and the first token
-            for depth in range(2, max(k for k, _ in depths) + 1):
-                ms += self.costs.draft_batch(sum(1 for k, _ in depths if k >= depth))
+        drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k]
+        if drafting:
+            # The first pass reads, for each drafting slot, what it has not seen (at least its last token) and a hybrid's
+            # lookup tokens; it gives each one's first draft token.
+            first = self.costs.draft_batch(sum(1 + choice.lookup_k for choice, _ in drafting))
+            whole = self.costs.draft_batch(sum(max(1, options.pending) + choice.lookup_k for choice, options in drafting))
+            missed = [max(1, options.pending) - 1 for _, options in drafting]
+            share = 1.0
+            if spread and sum(missed):
+                share = sum(m / options.belief.resume_runs.expected for m, (_, options) in zip(missed, drafting)) / sum(missed)
+            ms += first + (whole - first) * share
+            for depth in range(2, max(choice.model_k for choice, _ in drafting) + 1):
+                ms += self.costs.draft_batch(sum(1 for choice, _ in drafting if choice.model_k >= depth))
         return ms
 
     def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
         """Now and then, let the draft model draft one slot when it is losing, so that it can win back (it costs a
-        pass to judge, unlike lookup): as often as the exploration budget pays for, and only where it would win if
-        every token were accepted."""
+        pass to judge, unlike lookup), as auto tries it: the cheapest K that would win if accepted as often as the
+        slot's target has lately been sure, as often as the exploration budget pays for what the try costs now."""
         if not self.has_draft_model or any(c.model_k for c in choices):
             return choices
         self.exploration.accrue(self.step_ms(choices, slots))
-        i = auto[0]
-        k = min(2, slots[i].cap)
-        trial = [*choices[:i], Choice("model", k, 1 + self.model_acceptance.expected_accepted(k)), *choices[i + 1 :]]
-        hopeful = [*choices[:i], Choice("model", k, k + 1.0), *choices[i + 1 :]]
-        if self._rate(hopeful, slots) <= best_rate:
-            return choices
-        expected_loss = self.step_ms(trial, slots) - sum(choice.predicted for choice in trial) / best_rate
-        return trial if self.exploration.afford(expected_loss) else choices
+        for i in auto:
+            hoped = prefix_curves([slots[i].belief.confidence.hope] * MODEL_K_MAX)[0]
+            expected = self._model_curve(slots[i], MODEL_K_MAX)
+            for k in range(1, min(slots[i].cap, MODEL_K_MAX) + 1):
+                hopeful = [*choices[:i], Choice("model", k, 1 + hoped[k]), *choices[i + 1 :]]
+                if self._rate(hopeful, slots) <= best_rate:
+                    continue
+                trial = [*choices[:i], Choice("model", k, 1 + expected[k]), *choices[i + 1 :]]
+                expected_loss = self.step_ms(trial, slots) - sum(choice.predicted for choice in trial) / best_rate
+                return trial if self.exploration.afford(expected_loss) else choices
+        return choices
 
     # --- learning -----------------------------------------------------------------------
 
-    def watch_lookup(self, shadows: list[ShadowRun], lookup: Lookup) -> None:
-        """A lookup run is judged by the text that follows, whether it was drafted or not (it costs nothing to watch)."""
+    def watch_lookup(self, shadows: list[ShadowRun], lookup: Lookup, unsure: bool = False) -> None:
+        """A lookup run is judged by the text that follows, whether it was drafted or not (it costs nothing to watch);
+        `unsure`: found where the slot's target had lately been unsure."""
         if lookup.tokens:
-            shadows.append(ShadowRun(lookup.match_length, list(lookup.tokens)))
+            shadows.append(ShadowRun(lookup.match_length, list(lookup.tokens), unsure))
 
     def settle(self, shadows: list[ShadowRun], tokens: Sequence[int]) -> list[ShadowRun]:
         """The slot's new settled tokens judge its waiting lookup runs; those still undecided are returned."""
         return settle(shadows, tokens, self.lookup_acceptance)
 
-    def observe_model(self, choice: Choice, n_drafted: int, n_accepted: int) -> None:
-        """What the draft model's tokens showed: a hybrid's only where the target accepted the whole lookup part before them
-        (else they were never judged); the lookup part teaches its match class through the shadows, as any run does."""
+    def observe_model(self, choice: Choice, asked_class: int, n_drafted: int, n_accepted: int) -> None:
+        """What the draft model's tokens showed, in the confidence class it was asked in: a hybrid's only where the target
+        accepted the whole lookup part before them (else they were never judged); the lookup part teaches its match
+        class through the shadows, as any run does."""
         if n_accepted >= choice.lookup_k:
-            self.model_acceptance.observe_asked(n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
+            self.draft_acceptance[asked_class].observe_asked(n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
 
     def observe_verify(self, n_tokens: int, ms: float) -> None:
         self.costs.observe_verify(n_tokens, ms)

@@ -113,6 +113,8 @@ class BatchScheduler:
         stats = GenerationStats(drafter=request.drafter, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
                                 seed=None if request.config.sampling.greedy else seed)
         slot.lookup.start(prompt)  # every request's text joins the slot's memory, whichever drafter it runs
+        slot.belief.new_answer()
+        self.planner.start_answer()
         lookup = slot.lookup if request.drafter in ("ngram", "auto") else None
         self._arrivals += 1
         slot.last_used = self._arrivals
@@ -214,6 +216,7 @@ class BatchScheduler:
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
             return
+        slot.belief.observe_target(row[0])
         slot.last, events, reason = first_token(self.target, row, config, generation.rng, generation.text, generation.stats)
         slot.lookup.advance([slot.last])
         for event in events:
@@ -237,7 +240,7 @@ class BatchScheduler:
         cap = max(0, min(config.draft_max, k_limit, room, config.max_tokens - stats.predicted_n - 1))
         lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
         pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
-        return SlotOptions(generation.request.drafter, cap, lookup, pending)  # no draft model: the planner drafts plain
+        return SlotOptions(generation.request.drafter, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
 
     def _prefill_budget(self, n_verify: int, step_ms: float) -> int:
         """Prompt tokens that may ride with `n_verify` verify tokens: what adds at most the step's own expected time
@@ -291,6 +294,7 @@ class BatchScheduler:
         orders = []
         for slot, option, choice in zip(generating, options, choices):
             if choice.model_k:
+                slot.belief.asked(option.pending)
                 orders.append(DraftOrder(slot, choice.model_k, *self._model_sampling(slot), option.lookup.tokens[: choice.lookup_k]))
         drafted = self.drafting.draft(orders) if self.drafting is not None and orders else {}
         if self.drafting is not None:
@@ -300,7 +304,7 @@ class BatchScheduler:
         for slot, option, choice in zip(generating, options, choices):
             generation = slot.generation
             assert generation is not None
-            self.planner.watch_lookup(generation.shadows, option.lookup)
+            self.planner.watch_lookup(generation.shadows, option.lookup, slot.belief.confidence.unsure)
             if choice.model_k:
                 lookup_part = Draft.deterministic(option.lookup.tokens[: choice.lookup_k], self._model_sampling(slot)[1])
                 continuation = drafted.get(slot.seq, Draft())
@@ -327,6 +331,8 @@ class BatchScheduler:
         assert generation is not None
         config, stats = generation.request.config, generation.stats
         verdict = judge(draft, rows, config, generation.rng)
+        slot.belief.observe_target(rows[0])
+        slot.belief.stepped(step.choice.source == "ngram", verdict.n_accepted)
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         n_past = len(slot.cached)
         keep = n_past + 1 + verdict.n_accepted
@@ -338,7 +344,7 @@ class BatchScheduler:
         if generation.request.drafter == "auto":
             stats.record_decision(step.choice.label, step.choice.predicted)
         if step.choice.model_k:
-            self.planner.observe_model(step.choice, len(draft.tokens), verdict.n_accepted)
+            self.planner.observe_model(step.choice, slot.belief.asked_class, len(draft.tokens), verdict.n_accepted)
         settled = [*verdict.accepted, verdict.token]
         slot.lookup.advance(settled)
         generation.shadows = self.planner.settle(generation.shadows, settled)

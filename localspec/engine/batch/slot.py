@@ -10,6 +10,7 @@ import numpy as np
 
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters.auto.agreement import ShadowRun
+from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.stats import GenerationStats
@@ -61,6 +62,7 @@ class Slot:
     last_used: int = 0  # the arrival number of its latest request (0: never used)
     # Prompt lookup over this request's text and, through its memory, the slot's earlier prompts and answers.
     lookup: NgramDrafter = field(default_factory=lambda: NgramDrafter(memory=LookupMemory()))
+    belief: SequenceBelief = field(default_factory=SequenceBelief)  # what auto keeps of the slot's answers (belief.py)
 
     @property
     def busy(self) -> bool:
