@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ from localspec.bench.load import ClientRun, measure, stream_request
 from localspec.bench.results import BenchPrompt
 from localspec.bench.runner import load_prompts
 from tests.live_server import live_server
-from tests.tools.serve_bars import llama_server
+from tests.tools.serve_bars import SETTLE_S, llama_server
 
 CTX_PER_SLOT = 4096
 WARM_UP = BenchPrompt("warm-up", "chat", "Say hello.")
@@ -68,6 +69,7 @@ def main() -> None:
                 stream_request(url, WARM_UP, 8, None, ClientRun())  # not counted, and not one of the measured prompts
             names = list(urls)
             for name in names[turn % len(names):] + names[: turn % len(names)]:
+                time.sleep(SETTLE_S)  # the last server's worker threads may still poll for work (serve_bars.py)
                 results[name][clients] = measure(urls[name], prompts, clients, args.rounds, args.max_tokens, None)
                 aggregate, per_client, first, errors = results[name][clients]
                 print(f"{name:32} {clients} clients: {aggregate:6.2f} tok/s aggregate, {per_client:6.2f} per client, "
