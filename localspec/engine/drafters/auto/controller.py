@@ -42,7 +42,8 @@ import numpy as np
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
-from localspec.engine.drafters.auto.catch_up import COPY_STEP, ResumeRuns, catch_up_price
+from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.auto.catch_up import ResumeRuns, catch_up_price
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -118,14 +119,21 @@ class AutoDrafter(Drafter):
         self.ngram = ngram or NgramDrafter(memory=LookupMemory())
         self.lookup_acceptance = AgreementModel()
         self.draft_acceptance = ConfidenceClasses()
-        self.confidence = TargetConfidence()
-        self._asked_class = 0  # the confidence class the draft model was last asked in, which its outcome teaches
+        self.belief = SequenceBelief()  # the answer's own: the target's confidence, resumes, the class last asked in
         self.last_decision = Decision("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
         self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
         self.exploration = ExplorationBudget()  # kept across requests, as the acceptance is
-        self.resume_runs = ResumeRuns()  # what a catch-up is spread over (catch_up.py); kept across requests too
+
+    @property
+    def confidence(self) -> TargetConfidence:
+        return self.belief.confidence
+
+    @property
+    def resume_runs(self) -> ResumeRuns:
+        """What a catch-up is spread over (catch_up.py); kept across requests."""
+        return self.belief.resume_runs
 
     @property
     def model_acceptance(self) -> AcceptanceModel:
@@ -141,8 +149,7 @@ class AutoDrafter(Drafter):
         self._shadows = []
         self.lookup_acceptance.forget_guesses()
         self.draft_acceptance.carry_over(CARRIED_ASKS)
-        self.confidence.forget()
-        self.resume_runs.new_answer()
+        self.belief.new_answer()
 
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
@@ -192,8 +199,7 @@ class AutoDrafter(Drafter):
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
         if self.model is not None and decision.drafter in (self.model.name, HYBRID):
-            self.resume_runs.asked(self.model.pending_tokens)
-            self._asked_class = self.confidence.class_index
+            self.belief.asked(self.model.pending_tokens)
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
             continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
             for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its token's choice included
@@ -208,16 +214,16 @@ class AutoDrafter(Drafter):
 
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
-        self.resume_runs.step(copied=self.last_decision.drafter == self.ngram.name and accepted >= COPY_STEP)
+        self.belief.stepped(self.last_decision.drafter == self.ngram.name, accepted)
         if self._model_drafted is not None and accepted >= self._model_after:
-            self.draft_acceptance[self._asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
+            self.draft_acceptance[self.belief.asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
         self._shadows = settle(self._shadows, tokens, self.lookup_acceptance)
         for drafter in self._drafters():
             drafter.advance(tokens)
 
     def observe_target(self, row: np.ndarray) -> None:
-        self.confidence.observe(row)
+        self.belief.observe_target(row)
 
     def forget_requests(self) -> None:
         self.ngram.forget_requests()
