@@ -187,6 +187,24 @@ def test_a_copy_that_held_its_first_tokens_goes_on_alike_whatever_its_start():
     assert model.expected_accepted(2, 16) < 0.1 < model.expected_accepted(20, 16) - 10
 
 
+def test_a_copys_far_positions_lean_on_what_all_its_positions_showed():
+    """A long copy reaches its far positions rarely, so each of them had a try or two and its prior ruled: on a Q8_0
+    target a rename's copies of 30 tokens were drafted 7 at a time. Where a far position's own evidence is thin it leans
+    on every position past the first few together; where its own evidence is rich it keeps it."""
+    from localspec.engine.drafters.auto.agreement import COPY_PRIOR, EARLY
+
+    model = AgreementModel()
+    for _ in range(20):
+        model.observe(match_length=32, n_drafted=EARLY + 6, n_accepted=EARLY + 6)  # copies that held all they offered
+    model.observe(match_length=32, n_drafted=EARLY + 20, n_accepted=EARLY + 20)  # one that went far
+    far = model.deep.rate(15)  # one try, one hit
+    assert far > 0.99 > (1 + 2 * COPY_PRIOR) / (1 + 2)  # what that try and the prior alone would say
+    assert model.deep.rate(30) > 0.99  # past all evidence: the pooled rate
+    for _ in range(20):
+        model.observe(match_length=32, n_drafted=EARLY + 6, n_accepted=EARLY + 2)  # then copies broke at the same place
+    assert model.deep.rate(2) < 0.6 < model.deep.rate(1)  # a well-tried position keeps its own rate
+
+
 def test_lookup_memory_finds_the_last_requests_answer_which_the_new_prompt_lacks():
     prefix, answer = list(range(100, 160)), list(range(500, 540))
     drafter = NgramDrafter(memory=LookupMemory())

@@ -26,17 +26,29 @@ class AcceptanceModel:
     hits: list[float] = field(default_factory=list)
     tries: list[float] = field(default_factory=list)
     decay: float = DECAY  # per observation (1: every observation counts alike, as an offline replay's known rates do)
+    # Each position leans on every position's evidence together (the pooled rate) where its own is thin, not on the
+    # prior alone: for positions that are alike, such as a copy's tokens past its first few (agreement.py).
+    pooled: bool = False
 
     def rate(self, i: int) -> float:
-        if i >= len(self.tries):
-            return self.prior if not self.tries else self.rate(len(self.tries) - 1)
-        return (self.hits[i] + 2 * self.prior) / (self.tries[i] + 2)
+        return self.rates(i + 1)[i]
+
+    def rates(self, k: int) -> list[float]:
+        """The rates of positions 0..k-1. A position past all evidence takes the last one's rate, or the pooled rate."""
+        lean = self.pooled_rate() if self.pooled else self.prior
+        rates = [(hits + 2 * lean) / (tries + 2) for hits, tries in zip(self.hits[:k], self.tries[:k])]
+        beyond = lean if self.pooled or not rates else rates[-1]
+        return rates + [beyond] * (k - len(rates))
+
+    def pooled_rate(self) -> float:
+        """Every position's evidence together, with the prior."""
+        return (sum(self.hits) + 2 * self.prior) / (sum(self.tries) + 2)
 
     def expected_accepted(self, k: int) -> float:
         return self.prefix_curves(k)[0][k]
 
     def prefix_curves(self, k: int) -> tuple[list[float], list[float]]:
-        return prefix_curves([self.rate(i) for i in range(k)])
+        return prefix_curves(self.rates(k))
 
     def observe_asked(self, n_drafted: int, n_accepted: int) -> None:
         """A step that asked a drafter for tokens: one that offered none (a draft model unsure of its first token, under
