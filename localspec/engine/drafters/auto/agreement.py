@@ -14,9 +14,10 @@ each had a try or two, so the prior still ruled there, and on a Q8_0 target a
 rename's 30-token copies were mostly drafted 7 at a time. So where a position's
 own evidence is thin it leans on every deep position's together (a copy goes on
 alike from token to token), and keeps its own where it has plenty (copies that
-break where a line ends): rename 2.14x -> 2.32x plain, repeat-sort-list 2.35x ->
-2.59x, two rounds; on the Q4_K_M target, whose rename already drafted 15 at a
-time, within noise.
+break where a line ends). On the Q8_0 target the whole bench, three rounds, took
+rename from 1.95x to 2.10x plain, the other prompts within 0.04; on the Q4_K_M
+target, whose rename already drafted 15 at a time, every prompt stayed within
+noise.
 
 A short match is a coincidence or a copy depending on the text: where the target
 has lately been unsure (prose, a free answer), a 2- or 3-token match's next token
