@@ -756,6 +756,10 @@ def test_a_resume_is_expected_to_buy_no_more_asks_than_lookup_leaves_the_draft()
     for copied in (True, True, False, True):  # then lookup copied in three steps of four
         runs.step(copied)
     assert runs.expected < 3
+    runs.new_answer()
+    for _ in range(10):  # a rewrite's first lines: lookup finds a source every step, and breaks at each renamed name
+        runs.step(copied=False, sourced=True)
+    assert runs.expected <= 2  # not new code: a resume that reads the prompt still waits for the copy to show
 
 
 def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):

@@ -304,6 +304,7 @@ class BatchScheduler:
         for slot, option, choice in zip(generating, options, choices):
             generation = slot.generation
             assert generation is not None
+            slot.belief.looked(bool(option.lookup.tokens))
             self.planner.watch_lookup(generation.shadows, option.lookup, slot.belief.confidence.unsure)
             if choice.model_k:
                 lookup_part = Draft.deterministic(option.lookup.tokens[: choice.lookup_k], self._model_sampling(slot)[1])

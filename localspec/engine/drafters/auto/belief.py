@@ -25,6 +25,7 @@ class SequenceBelief:
     confidence: TargetConfidence = field(default_factory=TargetConfidence)
     resume_runs: ResumeRuns = field(default_factory=ResumeRuns)  # kept across the sequence's answers, as it learns
     asked_class: int = 0
+    lookup_found: bool = False  # this step's lookup found a run: the text has a source, drafted or not
 
     def new_answer(self) -> None:
         self.confidence.forget()
@@ -39,6 +40,10 @@ class SequenceBelief:
         self.resume_runs.asked(missed)
         self.asked_class = self.confidence.class_index
 
+    def looked(self, found: bool) -> None:
+        """This step's lookup found a run (`found`) or none."""
+        self.lookup_found = found
+
     def stepped(self, lookup_drafted: bool, accepted: int) -> None:
         """A step ended: whether lookup drafted it, and how many of its tokens were accepted."""
-        self.resume_runs.step(copied=lookup_drafted and accepted >= COPY_STEP)
+        self.resume_runs.step(copied=lookup_drafted and accepted >= COPY_STEP, sourced=self.lookup_found)

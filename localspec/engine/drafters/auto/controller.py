@@ -193,6 +193,7 @@ class AutoDrafter(Drafter):
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k)
+        self.belief.looked(bool(lookup.tokens))
         if lookup.tokens:
             self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens, self.confidence.unsure))
         decision = self.decide(k, lookup)
