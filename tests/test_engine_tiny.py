@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -294,3 +296,24 @@ def test_the_llama_cpp_log_is_rotated_before_it_grows_without_bound(tiny, tmp_pa
         assert "an old line" not in log.read_text()
     finally:
         llama_log.install()  # back to the suite's own log
+
+
+def test_llama_cpp_logging_after_the_log_file_closed_prints_nothing_over_the_terminal(tiny, tmp_path):
+    """At interpreter exit the log file can close before the last model is freed, and llama.cpp logs the free: a write
+    there printed "Exception ignored ... I/O operation on closed file" and a traceback after a script's own error (seen
+    with the real pair). Here the file is closed first, then a model loads and frees, logging as it goes."""
+    script = (
+        "from pathlib import Path\n"
+        "from localspec.engine import llama_log\n"
+        "from localspec.engine.model import Model\n"
+        f"target = Path({str(tiny['target'])!r})\n"
+        "with Model(target):\n"  # the backend is up (its first start installs the default log)
+        "    pass\n"
+        f"llama_log.install(Path({str(tmp_path / 'llama.log')!r}))\n"
+        "llama_log._file.close()\n"
+        "with Model(target):\n"
+        "    pass\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Exception ignored" not in result.stderr and "closed file" not in result.stderr, result.stderr

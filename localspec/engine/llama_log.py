@@ -37,7 +37,9 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
         level = _last_level
     _last_level = level
     with _lock:
-        if _file is not None:
+        # At interpreter exit the file may be closed before the last model is freed, and llama.cpp logs the free: a
+        # write then would print "Exception ignored ... I/O operation on closed file" over the user's terminal.
+        if _file is not None and not _file.closed:
             _file.write(message)
             if level == _LEVEL_ERROR:
                 _file.flush()
