@@ -32,7 +32,7 @@ from localspec.bench.runner import load_prompts
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
-from localspec.engine.events import Finished
+from localspec.engine.events import TokenEvent
 from tests.live_server import free_port, live_server
 
 MAX_TOKENS = 128
@@ -144,18 +144,23 @@ def start_modes(stack: ExitStack, args: argparse.Namespace) -> dict[str, Callabl
     engine = stack.enter_context(Engine(EngineConfig(args.target, args.draft, n_threads=args.threads)))
     modes: dict[str, Callable[[list[dict[str, str]]], tuple[int, float]]] = {}
 
+    def counted(text: str) -> int:
+        """Every mode's answer counted alike, in its text (llama-server's `completion_tokens` counts the end-of-generation
+        token it sampled, ours does not: bench/load.py)."""
+        return len(engine.target.tokenize(text, add_special=False))
+
     def via_http(url: str) -> Callable[[list[dict[str, str]]], tuple[int, float]]:
         def ask(messages: list[dict[str, str]]) -> tuple[int, float]:
             data, seconds = post(url + "/v1/chat/completions", {"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0})
-            return data["usage"]["completion_tokens"], seconds
+            return counted(data["choices"][0]["message"]["content"] or ""), seconds
         return ask
 
     def in_process(messages: list[dict[str, str]]) -> tuple[int, float]:
         start = time.perf_counter()
         prompt = chat_prompt_tokens(engine.target, [Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
-        finished = [e for e in engine.decoder("auto").generate(prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))
-                    if isinstance(e, Finished)][0]
-        return finished.stats.predicted_n, time.perf_counter() - start
+        events = list(engine.decoder("auto").generate(prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8)))
+        seconds = time.perf_counter() - start
+        return counted("".join(e.text for e in events if isinstance(e, TokenEvent))), seconds
 
     modes["localspec serve (auto)"] = via_http(served.url)
     modes["in-process engine (auto), as generate"] = in_process
