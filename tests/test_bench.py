@@ -174,6 +174,8 @@ def test_the_autocomplete_replay_times_every_line_in_each_mode_and_completes_as_
     result = cli("bench", "autocomplete", str(source), "--target", str(tiny["fim"]), "--rounds", "2", "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert "Autocomplete replay: 10 requests on 5 lines of" in result.stdout and "Traceback" not in result.stderr
+    # Progress counts requests (every mode's, every round's), not modes: a long replay is not silent for minutes.
+    assert "[10/60] round 1 · plain · 10/10 requests" in result.stderr and "[60/60] round 2" in result.stderr
     summaries = json.loads(out.read_text())
     assert [s["mode"] for s in summaries] == ["plain", "auto", "auto, no memory"]
     typing = [(1, ""), (1, "def"), (2, ""), (2, "return"), (5, ""), (5, "class"), (6, ""), (6, "def"), (7, ""), (7, "self.side")]

@@ -43,6 +43,9 @@ from localspec.errors import UsageError
 DEFAULT_FILES = ("engine/tokens.py", "engine/drafters/auto/acceptance.py")
 LINE_TOKENS = 48  # the most a request may write: the rest of one line, as editors ask
 MODES = ("plain", "auto", "auto, no memory")
+# Progress every this many requests: each one reads the file's suffix anew, seconds a request on a CPU, and a line per
+# mode left a 60-line replay silent for a quarter of an hour.
+REPORT_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -147,11 +150,15 @@ def replay(engine: Engine, requests: list[LineRequest], rounds: int, progress: B
         for mode in order:
             engine.target.truncate(0)  # each mode's session starts cold, as an editor's first request does...
             decoders[mode].drafter.forget_requests()  # ...and remembers nothing of the last round's
-            for request, prompt in zip(requests, prompts):
+            reported = 0
+            for index, (request, prompt) in enumerate(zip(requests, prompts), 1):
                 text, tokens, accepted, first_ms, total_ms = _complete(decoders[mode], prompt, config)
                 done[mode].append(Completion(mode, request.file, request.line, request.typed, text, tokens, accepted, first_ms, total_ms))
-            rate = sum(c.tokens for c in done[mode][-len(requests) :]) / max(1e-9, sum(c.total_ms for c in done[mode][-len(requests) :]) / 1000)
-            progress.measured(f"round {round_index + 1} · {mode}", rate)
+                if index % REPORT_EVERY == 0 or index == len(requests):
+                    this_mode = done[mode][-index:]
+                    rate = sum(c.tokens for c in this_mode) / max(1e-9, sum(c.total_ms for c in this_mode) / 1000)
+                    progress.measured(f"round {round_index + 1} · {mode} · {index}/{len(requests)} requests", rate, index - reported)
+                    reported = index
     return [_summary(mode, done[mode], done["plain"]) for mode in MODES]
 
 
@@ -196,7 +203,7 @@ def run_autocomplete(args: argparse.Namespace, engine_config: EngineConfig) -> i
         raise UsageError("The files hold no line to complete: give a source file with some non-blank lines.")
     files = ", ".join(name for name, _ in inputs)
     lines = len({(r.file, r.line) for r in requests})
-    progress = BenchProgress(args.rounds * len(MODES))
+    progress = BenchProgress(args.rounds * len(MODES) * len(requests))
     progress.stage(f"{len(requests)} requests on {lines} lines of {files} (at each line's start, then after its first word) × "
                    f"{len(MODES)} modes × {args.rounds} round(s); loading the pair")
     with Engine(engine_config) as engine:

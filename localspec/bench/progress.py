@@ -21,8 +21,9 @@ class BenchProgress:
     def stage(self, text: str) -> None:
         print(f"bench: {text}", file=self.out, flush=True)
 
-    def measured(self, what: str, tokens_per_second: float) -> None:
-        self.done += 1
+    def measured(self, what: str, tokens_per_second: float, count: int = 1) -> None:
+        """`count` measurements were made (a replay reports its requests a few at a time), at `tokens_per_second`."""
+        self.done += count
         elapsed = time.perf_counter() - self._started
         left = elapsed / self.done * (self.total - self.done)
         print(f"  [{self.done}/{self.total}] {what}: {tokens_per_second:.1f} tok/s · about {format_eta(left)} left",
