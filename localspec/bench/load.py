@@ -28,6 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 from localspec.bench.results import BenchPrompt
 from localspec.bench.runner import load_prompts, select_prompts
@@ -44,11 +45,16 @@ class ClientRun:
     tokens: int = 0  # counted in `texts` once the clock stopped (count_tokens)
 
 
+def json_request(url: str, path: str, body: dict[str, Any], api_key: str | None) -> urllib.request.Request:
+    """A POST of `body` to the server at `url`, with its key when it has one."""
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    return urllib.request.Request(url.rstrip("/") + path, json.dumps(body).encode(), headers)
+
+
 def stream_request(url: str, prompt: BenchPrompt, max_tokens: int, api_key: str | None, run: ClientRun) -> None:
     messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
-    request = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    request = json_request(url, "/v1/chat/completions", body, api_key)
     start = time.perf_counter()
     first = None
     pieces: list[str] = []
@@ -107,13 +113,11 @@ def measure(url: str, prompts: list[BenchPrompt], clients: int, rounds: int, max
 def count_tokens(url: str, runs: list[ClientRun], api_key: str | None) -> None:
     """Each run's tokens: its answers' texts as the server's `/tokenize` counts them (the module's docstring says why),
     or, where the server has no `/tokenize`, the `usage` it reported."""
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     for run in runs:
         try:
             run.tokens = 0
             for text in run.texts:
-                request = urllib.request.Request(url.rstrip("/") + "/tokenize", json.dumps({"content": text}).encode(), headers)
-                with urllib.request.urlopen(request, timeout=60) as response:
+                with urllib.request.urlopen(json_request(url, "/tokenize", {"content": text}, api_key), timeout=60) as response:
                     run.tokens += len(json.loads(response.read())["tokens"])
         except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
             run.tokens = run.reported_tokens
