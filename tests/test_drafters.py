@@ -157,6 +157,31 @@ def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
     assert controller.lookup_acceptance.expected_accepted(2, 3) == AgreementModel().expected_accepted(2, 3)
 
 
+def test_a_short_match_in_the_answers_own_text_is_judged_apart_from_one_in_what_it_was_given():
+    """A 2-token match in the prompt is the answer taking up what it was given; one in the answer's own text is it
+    meeting its own words again (`in the` twice in a haiku), right far less often. The lookup says where its run comes
+    from, and failing runs from the answer's own text do not lower what auto expects of runs from the prompt; a long
+    match is a copy wherever it is found."""
+    drafter = NgramDrafter()
+    drafter.start([5, 6, 7, 8, 9])
+    drafter.advance([5, 6])  # "5 6" occurred in the prompt: its run comes from there
+    lookup = drafter.lookup(3)
+    assert lookup.tokens == [7, 8, 9] and not lookup.own
+    drafter.advance([40, 41, 42, 40, 41])  # "40 41" occurred in the answer itself
+    lookup = drafter.lookup(3)
+    assert lookup.tokens == [42, 40, 41] and lookup.own
+
+    agreement = AgreementModel()
+    for _ in range(30):
+        agreement.observe(2, 3, 0, own=True)
+    assert agreement.expected_accepted(2, 3, own=True) < 0.1
+    assert agreement.expected_accepted(2, 3) == AgreementModel().expected_accepted(2, 3)
+    assert agreement.expected_accepted(2, 3, unsure=True) == AgreementModel().expected_accepted(2, 3, unsure=True)
+    for _ in range(30):
+        agreement.observe(20, 4, 0, own=True)
+    assert agreement.expected_accepted(20, 4) == agreement.expected_accepted(20, 4, own=True) < AgreementModel().expected_accepted(20, 4) / 2
+
+
 def test_a_lookup_run_teaches_each_position_as_soon_as_it_is_judged():
     """A long copy's run is decided only where the copy ends: taught only then, auto drafted a copy's first 32 tokens
     3 at a time on its priors. Each position teaches as the text confirms it, and in all the run teaches what it would

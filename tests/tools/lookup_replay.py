@@ -38,12 +38,13 @@ class KnownRates(AgreementModel):
         self._count_without_decay()
 
     def _count_without_decay(self) -> None:
-        for model in (*self.early.values(), self.deep):
+        for model in (*self.early.values(), *(m for classes in self.short.values() for m in classes.values()), self.deep):
             model.decay = 1.0
 
-    def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False) -> None:
+    def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False,
+                          own: bool = False) -> None:
         if not self.frozen:  # every lesson, a whole run's or a run's positions as they are judged, comes through here
-            super().observe_positions(match_length, start, held, missed, unsure)
+            super().observe_positions(match_length, start, held, missed, unsure, own)
 
     def forget_guesses(self) -> None:
         if not self.frozen:

@@ -108,7 +108,7 @@ class BatchPlanner:
         return PLAIN
 
     def _lookup_choice(self, lookup: Lookup, k: int) -> Choice:
-        return Choice("ngram", k, 1 + self.lookup_acceptance.expected_accepted(lookup.match_length, k))
+        return Choice("ngram", k, 1 + self.lookup_acceptance.expected_accepted(lookup.match_length, k, own=lookup.own))
 
     def _model_curve(self, options: SlotOptions, k: int) -> list[float]:
         """The draft model's expected accepted tokens among its first 0..k, in the class of the slot's confidence."""
@@ -120,7 +120,7 @@ class BatchPlanner:
         found = [PLAIN]
         n_lookup = min(options.cap, len(options.lookup.tokens))
         lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(options.lookup.match_length, n_lookup,
-                                                                               options.belief.confidence.unsure)
+                                                                               options.belief.confidence.unsure, options.lookup.own)
         found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
             model_expected = self._model_curve(options, min(options.cap, MODEL_K_MAX))
@@ -180,7 +180,7 @@ class BatchPlanner:
         """A lookup run is judged by the text that follows, whether it was drafted or not (it costs nothing to watch);
         `unsure`: found where the slot's target had lately been unsure."""
         if lookup.tokens:
-            shadows.append(ShadowRun(lookup.match_length, list(lookup.tokens), unsure))
+            shadows.append(ShadowRun(lookup.match_length, list(lookup.tokens), unsure, lookup.own))
 
     def settle(self, shadows: list[ShadowRun], tokens: Sequence[int]) -> list[ShadowRun]:
         """The slot's new settled tokens judge its waiting lookup runs; those still undecided are returned."""

@@ -42,6 +42,7 @@ MEMORY_TOKENS = 16384  # what a memory keeps; past it the older half is dropped
 class Lookup:
     tokens: list[int] = field(default_factory=list)
     match_length: int = 0  # tokens before the cursor that agree with the text before the copied run (across an edit)
+    own: bool = False  # copied from the answer being written, not from its prompt or an earlier request
 
     @property
     def resumed(self) -> bool:
@@ -130,6 +131,7 @@ class NgramDrafter(Drafter):
         self.n_min, self.n_max = n_min, n_max
         self.memory = memory
         self._index = NgramIndex(n_min, n_max)
+        self._prompt_length = 0
         self._copy = CopyTracker()
 
     def start(self, prompt: Sequence[int]) -> None:
@@ -138,10 +140,12 @@ class NgramDrafter(Drafter):
             self.memory.remember(self._index.tokens)
         self._index = NgramIndex(self.n_min, self.n_max)
         self._index.extend(prompt)
+        self._prompt_length = len(prompt)
         self._copy = CopyTracker()
 
     def forget_requests(self) -> None:
         self._index = NgramIndex(self.n_min, self.n_max)
+        self._prompt_length = 0
         self._copy = CopyTracker()
         if self.memory is not None:
             self.memory = LookupMemory(self.n_min, self.n_max, self.memory.max_tokens)
@@ -155,11 +159,16 @@ class NgramDrafter(Drafter):
         if found is None or found[0] < self._copy.standing():
             offered, agreed = self._copy.offer(k, SEPARATOR)
             if offered or found is None:
-                return Lookup(offered, agreed) if offered else Lookup()
+                return self._offer(offered, agreed)
         length, source, start = found  # it agrees as far as the copy followed, or that copy has nothing left
         self._copy.follow(source, start, length)
-        offered, agreed = self._copy.offer(k, SEPARATOR)
-        return Lookup(offered, agreed) if offered else Lookup()
+        return self._offer(*self._copy.offer(k, SEPARATOR))
+
+    def _offer(self, tokens: list[int], agreed: int) -> Lookup:
+        if not tokens:
+            return Lookup()
+        own = self._copy.source is self._index.tokens and self._copy.next >= self._prompt_length
+        return Lookup(tokens, agreed, own)
 
     def _search(self) -> tuple[int, list[int], int] | None:
         """The agreement, source text and start of the best run, if the last n_min tokens occurred before."""

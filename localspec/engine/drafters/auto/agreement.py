@@ -24,6 +24,14 @@ has lately been unsure (prose, a free answer), a 2- or 3-token match's next toke
 held 10-30% of the time on the bench's answers, against about half where it was
 sure (code). So the short classes learn apart in unsure text; one rate for both
 drafted failing 3-token runs through chat and a haiku.
+
+They learn apart, too, by where the run's source is. A short match in the prompt
+(or an earlier request) is the answer taking up what it was given, and its next
+token held 0.5-0.8 of the time on the bench's answers; one in the answer's own
+text is the answer meeting its own words again (`in the` twice in a haiku), and
+held 0.2-0.45 of the time. Pooled, a chat that repeats the commands it wrote
+taught its rate to the haiku that followed, which lost two bets on its own
+bigrams.
 """
 
 from __future__ import annotations
@@ -40,7 +48,12 @@ from localspec.engine.drafters.edits import RESUMED
 MATCH_CLASS_PRIORS = {RESUMED: 0.3, 2: 0.4, 3: 0.5, 4: 0.6, 6: 0.7, 8: 0.8, 12: 0.85, 16: 0.9, 24: 0.9, 32: 0.9}
 EARLY = 4  # a run's first positions, judged by its class; past them, by every run's evidence together
 COPY_PRIOR = 0.9  # how often a copy that has held EARLY tokens goes on one more, before any evidence
-SHORT = 4  # match classes below this learn apart where the target is unsure (the module's docstring says why)
+SHORT = 4  # match classes below this learn apart where the target is unsure and in the answer's own text (docstring)
+APART = ((True, False), (False, True), (True, True))  # (unsure, own) of the short classes kept apart from the sure, given
+
+
+def short_classes() -> dict[int, AcceptanceModel]:
+    return {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items() if bound < SHORT}
 
 
 def match_class(agreement: int) -> int:
@@ -54,34 +67,39 @@ class AgreementModel:
     early: dict[int, AcceptanceModel] = field(
         default_factory=lambda: {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()})
     deep: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(COPY_PRIOR, pooled=True))
-    unsure_early: dict[int, AcceptanceModel] = field(  # the short classes where the target has lately been unsure
-        default_factory=lambda: {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items() if bound < SHORT})
+    short: dict[tuple[bool, bool], dict[int, AcceptanceModel]] = field(  # the short classes by (unsure, own), but for
+        default_factory=lambda: {kind: short_classes() for kind in APART})  # the sure and given, which `early` holds
 
-    def _early(self, match_length: int, unsure: bool) -> AcceptanceModel:
+    def _early(self, match_length: int, unsure: bool, own: bool) -> AcceptanceModel:
         bound = match_class(match_length)
-        return self.unsure_early[bound] if unsure and bound in self.unsure_early else self.early[bound]
+        if bound >= SHORT or not (unsure or own):
+            return self.early[bound]
+        return self.short[(unsure, own)][bound]
 
-    def prefix_curves(self, match_length: int, k: int, unsure: bool = False) -> tuple[list[float], list[float]]:
-        """acceptance.prefix_curves of a run starting at `match_length`, k tokens long (`unsure`: where the target is)."""
-        rates = self._early(match_length, unsure).rates(min(k, EARLY))
+    def prefix_curves(self, match_length: int, k: int, unsure: bool = False, own: bool = False) -> tuple[list[float], list[float]]:
+        """acceptance.prefix_curves of a run starting at `match_length`, k tokens long (`unsure`: where the target is;
+        `own`: its source is the answer's own text)."""
+        rates = self._early(match_length, unsure, own).rates(min(k, EARLY))
         return prefix_curves(rates + self.deep.rates(k - len(rates)))
 
     def forget_guesses(self) -> None:
         """A new answer: whether guesses past its edits pay (it renames, or rewrites freely) is its own, learned anew."""
         self.early[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
-        self.unsure_early[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
+        for classes in self.short.values():
+            classes[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
 
-    def expected_accepted(self, match_length: int, k: int, unsure: bool = False) -> float:
-        return self.prefix_curves(match_length, k, unsure)[0][k]
+    def expected_accepted(self, match_length: int, k: int, unsure: bool = False, own: bool = False) -> float:
+        return self.prefix_curves(match_length, k, unsure, own)[0][k]
 
-    def observe(self, match_length: int, n_drafted: int, n_accepted: int, unsure: bool = False) -> None:
+    def observe(self, match_length: int, n_drafted: int, n_accepted: int, unsure: bool = False, own: bool = False) -> None:
         """A run of `n_drafted` tokens from `match_length` of which the first `n_accepted` held."""
-        self.observe_positions(match_length, 0, min(n_drafted, n_accepted), n_accepted < n_drafted, unsure)
+        self.observe_positions(match_length, 0, min(n_drafted, n_accepted), n_accepted < n_drafted, unsure, own)
 
-    def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False) -> None:
+    def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False,
+                          own: bool = False) -> None:
         """A run from `match_length` whose positions start..held-1 held, then (`missed`) position `held` did not."""
         if start < EARLY:
-            self._early(match_length, unsure).observe_positions(start, min(held, EARLY), missed and held < EARLY)
+            self._early(match_length, unsure, own).observe_positions(start, min(held, EARLY), missed and held < EARLY)
         if held > EARLY or (missed and held == EARLY):
             self.deep.observe_positions(max(0, start - EARLY), held - EARLY, missed)
 
@@ -95,6 +113,7 @@ class ShadowRun:
     match_length: int  # the agreement it started from
     tokens: list[int]
     unsure: bool = False  # found where the target had lately been unsure
+    own: bool = False  # its source is the answer's own text
     matched: int = 0
     taught: int = 0  # positions already taught
 
@@ -112,7 +131,7 @@ class ShadowRun:
         """The positions judged since the last lesson, and the miss that decided the run, if one did."""
         missed = decided and self.matched < len(self.tokens)
         if self.matched > self.taught or missed:
-            model.observe_positions(self.match_length, self.taught, self.matched, missed, self.unsure)
+            model.observe_positions(self.match_length, self.taught, self.matched, missed, self.unsure, self.own)
         self.taught = self.matched
 
 

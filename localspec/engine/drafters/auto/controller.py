@@ -155,7 +155,8 @@ class AutoDrafter(Drafter):
         plain = Decision("none", 0, 1.0)
         options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
         n_lookup = min(k_cap, len(lookup.tokens))
-        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup, self.confidence.unsure)
+        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup, self.confidence.unsure,
+                                                                               lookup.own)
         for k in range(1, n_lookup + 1):
             tokens = 1 + lookup_expected[k]
             options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
@@ -195,7 +196,7 @@ class AutoDrafter(Drafter):
         lookup = self.ngram.lookup(k)
         self.belief.looked(bool(lookup.tokens))
         if lookup.tokens:
-            self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens, self.confidence.unsure))
+            self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens, self.confidence.unsure, lookup.own))
         decision = self.decide(k, lookup)
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
