@@ -5,13 +5,20 @@ draft model) over each answer at those costs, beside the lookup ceiling and besi
 own acceptance rates in advance (counted over the whole answer, then frozen). No model runs, so it takes seconds:
 change the lookup or the controller, replay, compare. Where even the known rates fall short of a goal, better
 estimates cannot reach it, and the gap is foresight. Greedy runs only (the plain answer is the target's text).
-Run: .venv/bin/python -m tests.tools.lookup_replay out.json --target T.gguf [--steps PROMPT_ID]
+
+One order of the prompts is one path: what auto learned on the prompts before decides a bet or two on the next, and
+a change that moves one early bet moves a later prompt by several percent. `--orders N` replays the prompts in N
+shuffled orders, each with a fresh controller, and reports each prompt's geometric mean over them, so a change is
+judged by what it does on average, not on one path.
+Run: .venv/bin/python -m tests.tools.lookup_replay out.json --target T.gguf [--steps PROMPT_ID] [--orders N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -80,6 +87,7 @@ def main() -> None:
     parser.add_argument("bench_json", type=Path)
     parser.add_argument("--target", type=Path, required=True, help="the bench's target (its chat template makes the prompts)")
     parser.add_argument("--steps", action="append", default=[], help="print this prompt's steps (match:K/accepted)")
+    parser.add_argument("--orders", type=int, default=0, help="also replay the prompts in this many shuffled orders")
     args = parser.parse_args()
     result = json.loads(args.bench_json.read_text())
     costs = CostTable.given({int(n): ms for n, ms in result["verify_ms"].items()})
@@ -103,6 +111,25 @@ def main() -> None:
         print(f"{prompt_id:<22} {ratio:6.2f} {known:11.2f} {ceiling:8.2f} {ratio / ceiling:12.2f} {known / ceiling:13.2f}")
         if prompt_id in args.steps:
             print("  " + " ".join(steps))
+    if args.orders:
+        shuffled_orders(costs, prompts, answers, sure, args.orders)
+
+
+def shuffled_orders(costs: CostTable, prompts: dict[str, list[int]], answers: dict[str, list[int]],
+                    sure: dict[str, Sequence[float]], n_orders: int) -> None:
+    """Each prompt's ratio to plain, geometric mean over `n_orders` shuffled orders (seeded), and theirs together."""
+    logs: dict[str, list[float]] = {prompt_id: [] for prompt_id in answers}
+    for seed in range(n_orders):
+        order = list(answers)
+        random.Random(seed).shuffle(order)
+        auto = AutoDrafter(costs)
+        for prompt_id in order:
+            logs[prompt_id].append(math.log(replay(auto, prompts[prompt_id], answers[prompt_id], sure[prompt_id])[0]))
+    means = {prompt_id: sum(values) / len(values) for prompt_id, values in logs.items()}
+    print(f"\nauto over {n_orders} shuffled orders (geometric mean of each prompt's ratio to plain):")
+    for prompt_id, mean in means.items():
+        print(f"{prompt_id:<22} {math.exp(mean):6.3f}  (worst {math.exp(min(logs[prompt_id])):.2f})")
+    print(f"{'all prompts':<22} {math.exp(sum(means.values()) / len(means)):6.4f}")
 
 
 if __name__ == "__main__":
