@@ -67,7 +67,10 @@ def llama_server(binary: Path, target: Path, draft: Path | None, threads: int, s
     args = [str(binary), "-m", str(target), "--port", str(port), "-c", str(ctx_per_slot * slots), "-t", str(threads),
             "-np", str(slots), "--no-webui"]
     if draft is not None:
-        args += ["-md", str(draft), "-td", str(threads)]  # the draft takes the target's context; draft settings at their defaults
+        # The draft takes the target's context; draft settings at their defaults. Since llama.cpp's speculative types
+        # (MTP, EAGLE3, ...), -md alone loads the draft and drafts nothing (--spec-type defaults to none): the draft
+        # model's own path is named.
+        args += ["-md", str(draft), "-td", str(threads), "--spec-type", "draft-simple"]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
