@@ -52,8 +52,9 @@ SHORT = 4  # match classes below this learn apart where the target is unsure and
 APART = ((True, False), (False, True), (True, True))  # (unsure, own) of the short classes kept apart from the sure, given
 
 
-def short_classes() -> dict[int, AcceptanceModel]:
-    return {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items() if bound < SHORT}
+def fresh_classes(short_only: bool = False) -> dict[int, AcceptanceModel]:
+    """A model per agreement class at its prior (`short_only`: the classes below SHORT)."""
+    return {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items() if not short_only or bound < SHORT}
 
 
 def match_class(agreement: int) -> int:
@@ -64,11 +65,10 @@ def match_class(agreement: int) -> int:
 class AgreementModel:
     """A lookup run's acceptance by position: the first EARLY by its agreement class, the rest shared."""
 
-    early: dict[int, AcceptanceModel] = field(
-        default_factory=lambda: {bound: AcceptanceModel(prior) for bound, prior in MATCH_CLASS_PRIORS.items()})
+    early: dict[int, AcceptanceModel] = field(default_factory=fresh_classes)
     deep: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(COPY_PRIOR, pooled=True))
     short: dict[tuple[bool, bool], dict[int, AcceptanceModel]] = field(  # the short classes by (unsure, own), but for
-        default_factory=lambda: {kind: short_classes() for kind in APART})  # the sure and given, which `early` holds
+        default_factory=lambda: {kind: fresh_classes(short_only=True) for kind in APART})  # the sure and given, which `early` holds
 
     def _early(self, match_length: int, unsure: bool, own: bool) -> AcceptanceModel:
         bound = match_class(match_length)
@@ -84,8 +84,7 @@ class AgreementModel:
 
     def forget_guesses(self) -> None:
         """A new answer: whether guesses past its edits pay (it renames, or rewrites freely) is its own, learned anew."""
-        self.early[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
-        for classes in self.short.values():
+        for classes in (self.early, *self.short.values()):
             classes[RESUMED] = AcceptanceModel(MATCH_CLASS_PRIORS[RESUMED])
 
     def expected_accepted(self, match_length: int, k: int, unsure: bool = False, own: bool = False) -> float:
