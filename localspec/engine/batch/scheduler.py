@@ -25,6 +25,7 @@ import numpy as np
 
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
+from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.decode import emitted_tokens, first_token, judge, top2_margins
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
@@ -43,9 +44,6 @@ from localspec.engine.tokens import common_prefix
 # pace (the real Q4_K_M target: 4 tokens cost 2.2x one, 8 cost 5x, 16 cost 6.5x): interpolation between far sizes
 # would misjudge exactly the batch sizes the planner weighs.
 CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
-# A new prompt always moves, even beside a full batch, in chunks no smaller than this: on the CPU a pass of 16
-# tokens reads a prompt at 85% of a long pass's speed, one of 8 at half (the real Q4_K_M target).
-MIN_PREFILL_CHUNK = 16
 REUSE_SHARE = 0.5  # a free slot whose cache holds this much of a prompt takes it (llama.cpp's slot similarity)
 
 
@@ -157,7 +155,8 @@ class BatchScheduler:
         options = [self._options(slot, k_limit) for slot in generating]
         choices = self.planner.plan(options)
         n_verify = sum(choice.k + 1 for choice in choices)
-        budget = self._prefill_budget(n_verify, self.planner.step_ms(choices, options)) if generating else self.target.n_batch
+        n_batch = self.target.n_batch
+        budget = prefill_budget(self.planner.costs, n_verify, self.planner.step_ms(choices, options), n_batch) if generating else n_batch
         chunks = []
         for slot in reading:
             if budget <= 0:
@@ -241,16 +240,6 @@ class BatchScheduler:
         lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
         pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
         return SlotOptions(generation.request.drafter, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
-
-    def _prefill_budget(self, n_verify: int, step_ms: float) -> int:
-        """Prompt tokens that may ride with `n_verify` verify tokens: what adds at most the step's own expected time
-        (one step's worth of stall for the slots generating), and never fewer than MIN_PREFILL_CHUNK."""
-        costs, n_batch = self.planner.costs, self.target.n_batch
-        base = costs.verify(n_verify)
-        chunk = MIN_PREFILL_CHUNK
-        while n_verify + 2 * chunk <= n_batch and costs.verify(n_verify + 2 * chunk) - base <= step_ms:
-            chunk *= 2
-        return max(0, min(chunk, n_batch - n_verify))
 
     def _take_prefix(self, slot: Slot, tokens: list[int]) -> int:
         """Make the slot's caches hold the longest prefix of `tokens` that any slot holds, busy or not: its own, or another's

@@ -41,7 +41,7 @@ class PassCosts:
         """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes."""
         if n in self.ms:
             return self.ms[n]
-        sizes = self._sizes()
+        sizes = self.sizes
         if not sizes:
             return float(n)
         i = bisect.bisect_left(sizes, n)  # sizes[:i] are below n, sizes[i:] above (n itself is not measured)
@@ -56,7 +56,8 @@ class PassCosts:
         edge = b if beyond else a
         return max(1e-3, self.ms[edge] + slope * (n - edge))
 
-    def _sizes(self) -> list[int]:
+    @property
+    def sizes(self) -> list[int]:
         """The measured sizes in order; sizes are only ever added, so the sorted list is kept until one is (auto asks
         for dozens of unmeasured sizes every step)."""
         if len(self._sorted) != len(self.ms):
