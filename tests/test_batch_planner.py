@@ -12,6 +12,8 @@ from tests.test_drafters import GPU_LIKE
 # A target whose passes cost nearly the same up to 4 tokens, then grow with every token (a GPU, or a Q8 target on a CPU).
 CHEAP_TO_FOUR = {1: 10.0, 2: 11.0, 4: 13.0, 8: 40.0, 16: 80.0, 32: 160.0, 64: 320.0}
 COPY = Lookup(list(range(100, 108)), match_length=8)  # an 8-token lookup run with a good match behind it
+# The real Q4_K_M target's passes on this project's 2-core CPU (ms, measured): 16 tokens cost less than 14 or 18.
+LUMPY_CPU = {1: 68.0, 2: 92.0, 3: 96.0, 4: 98.5, 6: 140.0, 8: 174.0, 12: 226.0, 16: 223.0, 24: 351.0, 32: 406.0, 64: 716.0}
 
 
 def planner(verify: dict[int, float], draft_ms: float | None = None) -> BatchPlanner:
@@ -32,6 +34,15 @@ def test_draft_tokens_are_priced_at_the_marginal_cost_of_the_batch():
     """Two slots: the pass of 2 is paid anyway, so drafting fills it up to 4 tokens (not up to 4 per slot)."""
     choices = planner(CHEAP_TO_FOUR).plan([SlotOptions("auto", 8, COPY, 1)] * 2)
     assert sum(choice.k + 1 for choice in choices) == 4 and all(choice.source in ("ngram", "none") for choice in choices)
+
+
+def test_slots_draft_together_where_a_pass_is_cheap_only_when_filled():
+    """Four slots with a good lookup run each, on a CPU where 7 tokens cost 157 ms and 16 cost 223: one slot's 3 tokens
+    lose alone, so a planner that moves one slot at a time stays plain; all four's together fill the pass to 16."""
+    choices = planner(LUMPY_CPU).plan([SlotOptions("auto", 8, COPY, 1)] * 4)
+    assert sum(choice.k + 1 for choice in choices) == 16 and {choice.source for choice in choices} == {"ngram"}
+    alone = planner(LUMPY_CPU).plan([SlotOptions("auto", 8, COPY, 1)] + [SlotOptions("auto", 8, Lookup(), 1)] * 3)
+    assert [choice.k for choice in alone] == [0] * 4  # one run cannot fill the pass: 4 + 3 tokens cost more than they bring
 
 
 def test_the_draft_model_is_chosen_only_where_its_passes_pay():
@@ -125,10 +136,6 @@ def test_the_draft_model_is_judged_by_how_sure_each_slots_target_is():
         plan.observe_model(Choice("model", 4, 5.0), sure_text.confidence.class_index, 4, 4)
     choices = plan.plan([SlotOptions("auto", 4, Lookup(), 1, sure_text), SlotOptions("auto", 4, Lookup(), 1, prose)])
     assert choices[0].source == "model" and choices[1].k == 0
-
-
-# The real Q4_K_M target's passes on this project's 2-core CPU (ms, measured): 16 tokens cost less than 14 or 18.
-LUMPY_CPU = {1: 68.0, 2: 92.0, 3: 96.0, 4: 98.5, 6: 140.0, 8: 174.0, 12: 226.0, 16: 223.0, 24: 351.0, 32: 406.0, 64: 716.0}
 
 
 def test_a_prompt_chunk_fills_the_pass_up_to_a_size_that_costs_little_more():
