@@ -45,7 +45,7 @@ class KnownRates(AgreementModel):
         self._count_without_decay()
 
     def _count_without_decay(self) -> None:
-        for model in (*self.early.values(), *(m for classes in self.short.values() for m in classes.values()), self.deep):
+        for model in (*self.given.models(), *self.own.models()):
             model.decay = 1.0
 
     def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False,
