@@ -104,7 +104,7 @@ class BatchPlanner:
         """The joint move the ascent cannot make: lookup tokens for several slots at once, filling the pass to a size
         that costs little more. On a CPU whose passes are lumpy (the real Q4_K_M target: 4 tokens 99 ms, 7 tokens 157,
         16 tokens 223), one slot's 3 lookup tokens lose alone and four slots' win together, so the ascent, one slot at
-        a time from plain, never drafted at 4 clients. The best tokens to add are each slot's next lookup token with
+        a time from plain, stays plain there. The best tokens to add are each slot's next lookup token with
         the most expected gain (a run's gains fall with depth), taken in that order; each count is weighed whole."""
         gains: list[tuple[float, int]] = []  # (expected tokens gained, slot) for every lookup token a slot could add
         curves: dict[int, list[float]] = {}
