@@ -112,11 +112,8 @@ class BatchPlanner:
             options, choice = slots[i], choices[i]
             if choice.source not in ("none", "ngram"):
                 continue  # a draft model's plan stands as the ascent chose it
-            n_lookup = min(options.cap, len(options.lookup.tokens))
-            expected = self.lookup_acceptance.prefix_curves(options.lookup.match_length, n_lookup,
-                                                            options.belief.confidence.unsure, options.lookup.own)[0]
-            curves[i] = expected
-            gains += [(expected[k] - expected[k - 1], i) for k in range(choice.k + 1, n_lookup + 1)]
+            expected = curves[i] = self._lookup_curves(options)[0]
+            gains += [(expected[k] - expected[k - 1], i) for k in range(choice.k + 1, len(expected))]
         if not gains:
             return choices, best_rate
         gains.sort(key=lambda gain: -gain[0])
@@ -157,9 +154,8 @@ class BatchPlanner:
         """Plain, each K of lookup and of the draft model, and the hybrid (j, m) that is best as a step of its own (one
         candidate, not all j x m: the ascent weighs it in the batch like the others)."""
         found = [PLAIN]
-        n_lookup = min(options.cap, len(options.lookup.tokens))
-        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(options.lookup.match_length, n_lookup,
-                                                                               options.belief.confidence.unsure, options.lookup.own)
+        lookup_expected, lookup_survive = self._lookup_curves(options)
+        n_lookup = len(lookup_expected) - 1
         found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
             model_expected = self._model_curve(options, min(options.cap, MODEL_K_MAX))
@@ -170,6 +166,11 @@ class BatchPlanner:
             if hybrid is not None:
                 found.append(Choice(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k))
         return found
+
+    def _lookup_curves(self, options: SlotOptions) -> tuple[list[float], list[float]]:
+        """prefix_curves of the slot's lookup run, as far as its cap lets it draft (index k: its first k tokens)."""
+        lookup, unsure = options.lookup, options.belief.confidence.unsure
+        return self.lookup_acceptance.prefix_curves(lookup.match_length, min(options.cap, len(lookup.tokens)), unsure, lookup.own)
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
         return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots, spread=True)
