@@ -8,12 +8,16 @@ because the same prompts come at every concurrency: a server that kept the last 
 measures the repetition, not the load:
 - localspec serve --parallel N with auto (its draft model and lookup), and with --drafter none;
 - llama.cpp's llama-server -np N with -md (its default draft settings), and without a draft.
-Run: .venv/bin/python -m tests.tools.parallel_bars --target T.gguf --draft D.gguf --llama-server BIN [--slots 8]
+One round of this load moves a cell by about 5% on a 2-core machine, more than the margin a bar may have, so
+`--repeats R` measures every concurrency R times, each on fresh servers, and reports each cell's median and each
+ratio's median over the repeats (a ratio is taken within one repeat, where the servers ran side by side).
+Run: .venv/bin/python -m tests.tools.parallel_bars --target T.gguf --draft D.gguf --llama-server BIN [--slots 8] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -46,6 +50,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--clients", default="1,2,4,8")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="measure every concurrency this many times on fresh servers")
     parser.add_argument("--max-tokens", type=int, default=128)  # as the bench and the one-client bars
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated server names to run")
@@ -61,8 +66,9 @@ def main() -> None:
     }
     wanted = [name.strip() for name in args.only.split(";") if name.strip()]
     chosen = {name: start for name, start in servers.items() if not wanted or name in wanted}
-    results: dict[str, dict[int, tuple[float, float, float | None, int]]] = {name: {} for name in chosen}
-    for turn, clients in enumerate(counts):
+    runs: dict[str, dict[int, list[float]]] = {name: {c: [] for c in counts} for name in chosen}
+    levels = [clients for _ in range(args.repeats) for clients in counts]
+    for turn, clients in enumerate(levels):
         with ExitStack() as stack:
             urls = {name: stack.enter_context(start()) for name, start in chosen.items()}
             for url in urls.values():
@@ -70,15 +76,22 @@ def main() -> None:
             names = list(urls)
             for name in names[turn % len(names):] + names[: turn % len(names)]:
                 time.sleep(SETTLE_S)  # the last server's worker threads may still poll for work (serve_bars.py)
-                results[name][clients] = measure(urls[name], prompts, clients, args.rounds, args.max_tokens, None)
-                aggregate, per_client, first, errors = results[name][clients]
+                aggregate, per_client, first, errors = measure(urls[name], prompts, clients, args.rounds, args.max_tokens, None)
+                runs[name][clients].append(aggregate)
                 print(f"{name:32} {clients} clients: {aggregate:6.2f} tok/s aggregate, {per_client:6.2f} per client, "
                       f"first token {first * 1000 if first else 0:.0f} ms, {errors} errors", flush=True)
     print(f"\n{args.target.name} + {args.draft.name}, {args.threads} threads, every prompt × {args.rounds} shared by the clients, "
-          f"{args.max_tokens} tokens, temperature 0: aggregate tok/s")
+          f"{args.max_tokens} tokens, temperature 0: aggregate tok/s, median of {args.repeats} repeat(s)")
     print(f"{'server':32} " + " ".join(f"{c:>8}" for c in counts))
-    for name, row in results.items():
-        print(f"{name:32} " + " ".join(f"{row[c][0]:8.2f}" for c in counts))
+    for name, row in runs.items():
+        print(f"{name:32} " + " ".join(f"{statistics.median(row[c]):8.2f}" for c in counts))
+    names = list(runs)
+    if len(names) > 1:
+        print(f"\n{names[0]} ÷ each other server, median of the repeats' ratios (each repeat's ratios in brackets)")
+        for other in names[1:]:
+            ratios = {c: [ours / theirs for ours, theirs in zip(runs[names[0]][c], runs[other][c])] for c in counts}
+            print(f"÷ {other:30} " + " ".join(f"{statistics.median(r):6.3f} [{' '.join(f'{x:.2f}' for x in r)}]"
+                                            for r in ratios.values()))
 
 
 if __name__ == "__main__":
