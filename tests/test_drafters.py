@@ -132,6 +132,22 @@ def test_whether_guesses_past_an_edit_pay_is_learned_anew_for_each_answer():
     assert controller.lookup_acceptance.expected_accepted(20, 4) > 3  # what copies are like is kept
 
 
+def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure():
+    """Where the target is unsure (prose), a guess past an edit is a coincidence (1-2 in 20 held on the bench's plain
+    answers); where it is sure (a rewrite), a quarter or more. At a 2-core CPU's costs (one more token in the pass costs
+    a fifth of a step), a new answer bets on the guess in sure text, and in unsure text waits for its own evidence."""
+    cpu = CostTable.given({1: 100.0, 2: 121.0, 3: 141.0, 4: 156.0})
+    guess = Lookup([7, 8, 9], RESUMED)
+    for probability, drafts in ((0.99, True), (0.4, False)):
+        controller = AutoDrafter(cpu)
+        controller.start([1, 2, 3])
+        controller.confidence.observe_probability(probability)
+        assert (controller.decide(3, guess).k > 0) == drafts
+        controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)
+        controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)  # this answer's guesses held
+        assert controller.decide(3, guess).k > 0
+
+
 def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
     """A 3-token match is a coincidence in prose and often a copy in code: failing runs found where the target was
     unsure do not lower what auto expects of short matches where it is sure, nor the other way round; a long match is
