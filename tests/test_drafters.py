@@ -143,8 +143,8 @@ def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure
         controller.start([1, 2, 3])
         controller.confidence.observe_probability(probability)
         assert (controller.decide(3, guess).k > 0) == drafts
-        controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)
-        controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)  # this answer's guesses held
+        for _ in range(2):  # this answer's guesses held
+            controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)
         assert controller.decide(3, guess).k > 0
 
 

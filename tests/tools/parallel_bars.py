@@ -85,13 +85,12 @@ def main() -> None:
     print(f"{'server':32} " + " ".join(f"{c:>8}" for c in counts))
     for name, row in runs.items():
         print(f"{name:32} " + " ".join(f"{statistics.median(row[c]):8.2f}" for c in counts))
-    names = list(runs)
-    if len(names) > 1:
-        print(f"\n{names[0]} ÷ each other server, median of the repeats' ratios (each repeat's ratios in brackets)")
-        for other in names[1:]:
-            ratios = {c: [ours / theirs for ours, theirs in zip(runs[names[0]][c], runs[other][c])] for c in counts}
-            print(f"÷ {other:30} " + " ".join(f"{statistics.median(r):6.3f} [{' '.join(f'{x:.2f}' for x in r)}]"
-                                            for r in ratios.values()))
+    baseline, *others = runs
+    if others:
+        print(f"\n{baseline} ÷ each other server, median of the repeats' ratios (each repeat's ratios in brackets)")
+        for other in others:
+            ratios = [[ours / theirs for ours, theirs in zip(runs[baseline][c], runs[other][c])] for c in counts]
+            print(f"÷ {other:30} " + " ".join(f"{statistics.median(r):6.3f} [{' '.join(f'{x:.2f}' for x in r)}]" for r in ratios))
 
 
 if __name__ == "__main__":
