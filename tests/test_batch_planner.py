@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.batch.prefill import MIN_PREFILL_CHUNK, prefill_budget
+from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.ngram import Lookup
@@ -57,6 +58,22 @@ def test_named_drafters_are_not_second_guessed():
     choices = planner(CHEAP_TO_FOUR, draft_ms=20.0).plan([SlotOptions("model", 3, Lookup(), 1), SlotOptions("none", 8, COPY, 1),
                                                           SlotOptions("ngram", 2, COPY, 1)])
     assert [(c.source, c.k) for c in choices] == [("model", 3), ("none", 0), ("ngram", 2)]
+
+
+def test_each_slot_judges_long_copies_by_its_own_answer():
+    """Earlier answers taught that long copies break within a few tokens; one slot's answer has copied its source whole
+    since. That slot drafts a long match far; a slot whose answer has shown nothing yet drafts it as the rates say."""
+    plan = planner({1: 100.0, 2: 110.0, 4: 130.0, 8: 170.0, 16: 250.0, 32: 410.0, 33: 420.0})
+    for _ in range(20):
+        plan.lookup_acceptance.observe(20, 16, 3)
+    rewriting = SequenceBelief()
+    for start in range(0, 96, 32):
+        copy = list(range(start, start + 32))
+        plan.settle([ShadowRun(20, copy)], copy, rewriting.copy_effect)
+    long_match = Lookup(list(range(500, 532)), 20)
+    [copying] = plan.plan([SlotOptions("auto", 32, long_match, 1, rewriting)])
+    [fresh] = plan.plan([SlotOptions("auto", 32, long_match, 1, SequenceBelief())])
+    assert copying.k == 32 and fresh.k <= 4
 
 
 def sure(planner: BatchPlanner) -> BatchPlanner:

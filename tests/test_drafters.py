@@ -11,7 +11,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel, ShadowRun, settle
+from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.draft_model import ModelDrafter
@@ -146,6 +146,50 @@ def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure
         for _ in range(2):  # this answer's guesses held
             controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)
         assert controller.decide(3, guess).k > 0
+
+
+def test_an_answer_whose_long_copies_hold_drafts_them_longer_than_earlier_answers_taught():
+    """Earlier answers taught that long copies break within a few tokens (type annotations, edits every line). This one
+    rewrites its source whole: once its own copies have held, a long match is drafted far further than the learned rates
+    alone would draft it, and the next answer starts again from those rates."""
+    costs = CostTable.given({1: 100.0, 2: 110.0, 4: 130.0, 8: 170.0, 16: 250.0, 32: 410.0, 33: 420.0})
+    source = list(range(100, 180))
+    run = Lookup(list(range(500, 532)), 20)
+
+    def taught() -> AutoDrafter:
+        controller = AutoDrafter(costs)
+        for _ in range(20):
+            controller.lookup_acceptance.observe(20, 16, 3)
+        return controller
+
+    def copy_whole(controller: AutoDrafter) -> AutoDrafter:
+        controller.start([*source, 1, 2])
+        controller.advance(source[:20])
+        at, rng = 20, np.random.default_rng(0)
+        while at < len(source) - 1:
+            drafted = len(controller.propose(32, 0.0, None, rng).tokens)
+            controller.advance(source[at : at + drafted + 1])
+            at += drafted + 1
+        return controller
+
+    fresh = taught()
+    fresh.start([9, 9, 9])
+    assert fresh.decide(32, run).k <= 4
+    assert copy_whole(taught()).decide(32, run).k == 32
+    next_answer = copy_whole(taught())
+    next_answer.start([9, 9, 9])
+    assert next_answer.decide(32, run).k <= 4
+
+
+def test_long_copies_that_break_more_than_the_learned_rates_expect_are_expected_shorter():
+    agreement = AgreementModel()
+    for _ in range(20):
+        agreement.observe(20, 16, 16)  # earlier answers' copies held
+    breaking = CopyEffect()
+    for _ in range(3):
+        agreement.observe_positions(20, 0, 0, True, effect=breaking)  # this answer's long matches broke at once
+    assert agreement.prefix_curves(20, 16, effect=breaking)[0][16] < 0.9 * agreement.prefix_curves(20, 16, effect=CopyEffect())[0][16]
+    assert agreement.prefix_curves(2, 3, effect=breaking) == agreement.prefix_curves(2, 3)  # a short match is no copy yet
 
 
 def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():

@@ -27,7 +27,7 @@ import numpy as np
 from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
-from localspec.engine.drafters.auto.agreement import AgreementModel
+from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.model import Model, ModelConfig
@@ -49,7 +49,7 @@ class KnownRates(AgreementModel):
             model.decay = 1.0
 
     def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False,
-                          own: bool = False) -> None:
+                          own: bool = False, effect: CopyEffect | None = None) -> None:
         if not self.frozen:  # every lesson, a whole run's or a run's positions as they are judged, comes through here
             super().observe_positions(match_length, start, held, missed, unsure, own)
 

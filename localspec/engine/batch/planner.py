@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.engine.drafters.auto.acceptance import prefix_curves
-from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
+from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
 from localspec.engine.drafters.auto.controller import CARRIED_ASKS, HYBRID, MODEL_K_MAX, best_hybrid, draft_label
@@ -170,7 +170,8 @@ class BatchPlanner:
     def _lookup_curves(self, options: SlotOptions) -> tuple[list[float], list[float]]:
         """prefix_curves of the slot's lookup run, as far as its cap lets it draft (index k: its first k tokens)."""
         lookup, unsure = options.lookup, options.belief.confidence.unsure
-        return self.lookup_acceptance.prefix_curves(lookup.match_length, min(options.cap, len(lookup.tokens)), unsure, lookup.own)
+        return self.lookup_acceptance.prefix_curves(lookup.match_length, min(options.cap, len(lookup.tokens)), unsure, lookup.own,
+                                                    options.belief.copy_effect)
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
         return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots, spread=True)
@@ -222,9 +223,10 @@ class BatchPlanner:
         if lookup.tokens:
             shadows.append(ShadowRun(lookup.match_length, list(lookup.tokens), unsure, lookup.own))
 
-    def settle(self, shadows: list[ShadowRun], tokens: Sequence[int]) -> list[ShadowRun]:
-        """The slot's new settled tokens judge its waiting lookup runs; those still undecided are returned."""
-        return settle(shadows, tokens, self.lookup_acceptance)
+    def settle(self, shadows: list[ShadowRun], tokens: Sequence[int], effect: CopyEffect) -> list[ShadowRun]:
+        """The slot's new settled tokens judge its waiting lookup runs (and teach its answer's `effect`); those still
+        undecided are returned."""
+        return settle(shadows, tokens, self.lookup_acceptance, effect)
 
     def observe_model(self, choice: Choice, asked_class: int, n_drafted: int, n_accepted: int) -> None:
         """What the draft model's tokens showed, in the confidence class it was asked in: a hybrid's only where the target

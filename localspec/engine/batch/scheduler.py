@@ -337,7 +337,7 @@ class BatchScheduler:
             self.planner.observe_model(step.choice, slot.belief.asked_class, len(draft.tokens), verdict.n_accepted)
         settled = [*verdict.accepted, verdict.token]
         slot.lookup.advance(settled)
-        generation.shadows = self.planner.settle(generation.shadows, settled)
+        generation.shadows = self.planner.settle(generation.shadows, settled, slot.belief.copy_effect)
         events, reason = emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
         for event in events:
             generation.request.emit(event)

@@ -44,6 +44,24 @@ differs). Pooled, a chat that repeats the commands it wrote taught its rate to
 the haiku that followed, and a code answer's own repeats drafted long runs that
 broke at once; replayed over 20 shuffled orders of the bench, apart took the
 mean from 1.313x to 1.323x plain on Q8_0 and 1.336x to 1.342x on Q4_K_M.
+
+A copy's hazard is also the answer's own: one rewrites its source whole (a
+rename: every long copy holds to its end), another edits every few tokens (type
+annotations: a 25-token match breaks at once, at the next signature). The rates
+learned across answers are their mean, and the known-rates replay (each answer's
+own rates, given in advance) showed what that costs: a rename's 30-token copies
+drafted 3, then 7, then 15 tokens at a time. So each answer keeps its CopyEffect:
+the misses its long copies (a match of LONG tokens or more) showed, against what
+the learned rates expected of the same positions. It scales their hazard, shrunk
+toward the learned rates by EFFECT_WEIGHT expected misses: a rename that has
+copied cleanly halves it within its first copies, an answer that breaks more than
+expected drafts shorter. Replayed over 20 shuffled orders of six bench files
+(stops 37, 39 and 40, both targets), the mean went up on every file (Q8_0
+1.3112x -> 1.3156x, 1.3004x -> 1.3077x, 1.3257x -> 1.3263x plain; Q4_K_M 1.2839x
+-> 1.2880x, 1.3063x -> 1.3099x, 1.3423x -> 1.3432x), rename on Q8_0 by 2-6%
+(2.53x -> 2.66x); no prompt went down by more than 0.7% but a sort-list repeat on
+one file (2.5%). Counted from 2-token matches on, it gained less (1.3070x on
+the first file); a weight of 1 or 2 moved each file within 0.4% of 4's.
 """
 
 from __future__ import annotations
@@ -62,6 +80,8 @@ EARLY = 4  # a run's first positions, judged by its class; past them, by every r
 COPY_PRIOR = 0.9  # how often a copy that has held EARLY tokens goes on one more, before any evidence
 SHORT = 4  # match classes below this learn apart where the target is unsure (docstring)
 UNSURE_PRIORS = {bound: prior for bound, prior in MATCH_CLASS_PRIORS.items() if bound < SHORT} | {RESUMED: 0.1}  # (docstring)
+LONG = 8  # match classes from this one on are copies, whose hazard is also the answer's own (CopyEffect)
+EFFECT_WEIGHT = 4.0  # expected misses' worth of belief in the learned rates, before this answer's copies show otherwise
 
 
 def fresh_classes(unsure: bool = False) -> dict[int, AcceptanceModel]:
@@ -90,6 +110,30 @@ class SourceClasses:
 
 
 @dataclass
+class CopyEffect:
+    """How one answer's long copies hold against the learned rates (docstring): the misses they showed and the misses
+    those rates expected of the same positions."""
+
+    misses: float = 0.0
+    expected: float = 0.0
+
+    @property
+    def factor(self) -> float:
+        """What this answer's hazard is, as a multiple of the learned one."""
+        return (self.misses + EFFECT_WEIGHT) / (self.expected + EFFECT_WEIGHT)
+
+    def apply(self, rates: Sequence[float]) -> list[float]:
+        factor = self.factor
+        return [1 - min(1.0, (1 - rate) * factor) for rate in rates]
+
+    def observe(self, rates: Sequence[float], start: int, held: int, missed: bool) -> None:
+        """Positions start..held-1 held, then (`missed`) position `held` did not, where the rates expected `rates`."""
+        end = held + 1 if missed else held
+        self.expected += sum(1 - rate for rate in rates[start:end])
+        self.misses += missed
+
+
+@dataclass
 class AgreementModel:
     """A lookup run's acceptance by position: the first EARLY by its agreement class, the rest shared; each apart by
     where the run's source is (the prompt, or the answer's own text)."""
@@ -97,12 +141,20 @@ class AgreementModel:
     given: SourceClasses = field(default_factory=SourceClasses)
     own: SourceClasses = field(default_factory=SourceClasses)
 
-    def prefix_curves(self, match_length: int, k: int, unsure: bool = False, own: bool = False) -> tuple[list[float], list[float]]:
-        """acceptance.prefix_curves of a run starting at `match_length`, k tokens long (`unsure`: where the target is;
-        `own`: its source is the answer's own text)."""
+    def rates(self, match_length: int, k: int, unsure: bool = False, own: bool = False) -> list[float]:
+        """The learned rates of a run's first k positions, from `match_length` (`unsure`: where the target is; `own`: its
+        source is the answer's own text)."""
         source = self.own if own else self.given
         rates = source.first(match_length, unsure).rates(min(k, EARLY))
-        return prefix_curves(rates + source.deep.rates(k - len(rates)))
+        return rates + source.deep.rates(k - len(rates))
+
+    def prefix_curves(self, match_length: int, k: int, unsure: bool = False, own: bool = False,
+                      effect: CopyEffect | None = None) -> tuple[list[float], list[float]]:
+        """acceptance.prefix_curves of such a run, k tokens long; a long copy's as this answer's `effect` scales them."""
+        rates = self.rates(match_length, k, unsure, own)
+        if effect is not None and match_class(match_length) >= LONG:
+            rates = effect.apply(rates)
+        return prefix_curves(rates)
 
     def forget_guesses(self) -> None:
         """A new answer: whether guesses past its edits pay (it renames, or rewrites freely) is its own, learned anew."""
@@ -118,8 +170,11 @@ class AgreementModel:
         self.observe_positions(match_length, 0, min(n_drafted, n_accepted), n_accepted < n_drafted, unsure, own)
 
     def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False,
-                          own: bool = False) -> None:
-        """A run from `match_length` whose positions start..held-1 held, then (`missed`) position `held` did not."""
+                          own: bool = False, effect: CopyEffect | None = None) -> None:
+        """A run from `match_length` whose positions start..held-1 held, then (`missed`) position `held` did not; a long
+        copy's also teach its answer's `effect`, against the rates as they were."""
+        if effect is not None and match_class(match_length) >= LONG:
+            effect.observe(self.rates(match_length, held + 1, unsure, own), start, held, missed)
         source = self.own if own else self.given
         if start < EARLY:
             source.first(match_length, unsure).observe_positions(start, min(held, EARLY), missed and held < EARLY)
@@ -150,20 +205,22 @@ class ShadowRun:
                 return True
         return False
 
-    def teach(self, model: AgreementModel, decided: bool) -> None:
+    def teach(self, model: AgreementModel, decided: bool, effect: CopyEffect | None = None) -> None:
         """The positions judged since the last lesson, and the miss that decided the run, if one did."""
         missed = decided and self.matched < len(self.tokens)
         if self.matched > self.taught or missed:
-            model.observe_positions(self.match_length, self.taught, self.matched, missed, self.unsure, self.own)
+            model.observe_positions(self.match_length, self.taught, self.matched, missed, self.unsure, self.own, effect)
         self.taught = self.matched
 
 
-def settle(shadows: Sequence[ShadowRun], tokens: Sequence[int], model: AgreementModel) -> list[ShadowRun]:
-    """The next settled tokens judge the waiting runs and teach `model` what they showed; the undecided are returned."""
+def settle(shadows: Sequence[ShadowRun], tokens: Sequence[int], model: AgreementModel,
+           effect: CopyEffect | None = None) -> list[ShadowRun]:
+    """The next settled tokens judge the waiting runs and teach `model` (and their answer's `effect`) what they showed;
+    the undecided are returned."""
     undecided = []
     for shadow in shadows:
         decided = shadow.judge(tokens)
-        shadow.teach(model, decided)
+        shadow.teach(model, decided, effect)
         if not decided:
             undecided.append(shadow)
     return undecided

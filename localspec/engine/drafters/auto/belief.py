@@ -1,7 +1,8 @@
 """What auto keeps of one sequence between its steps, beside what every sequence teaches together.
 
 How sure the target has lately been (confidence.py), how many asks a resume of
-the draft model buys there (catch_up.py), and the confidence class the draft was
+the draft model buys there (catch_up.py), how its long copies hold against the
+learned rates (agreement.CopyEffect), and the confidence class the draft was
 last asked in, which its outcome teaches. The one-sequence controller keeps one;
 the batch planner keeps one per slot, so each slot is judged as auto judges a
 lone answer. Without them the planner priced every catch-up whole and learned
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from localspec.engine.drafters.auto.agreement import CopyEffect
 from localspec.engine.drafters.auto.catch_up import COPY_STEP, ResumeRuns
 from localspec.engine.drafters.auto.confidence import TargetConfidence
 
@@ -24,12 +26,14 @@ from localspec.engine.drafters.auto.confidence import TargetConfidence
 class SequenceBelief:
     confidence: TargetConfidence = field(default_factory=TargetConfidence)
     resume_runs: ResumeRuns = field(default_factory=ResumeRuns)  # kept across the sequence's answers, as it learns
+    copy_effect: CopyEffect = field(default_factory=CopyEffect)  # the answer's own
     asked_class: int = 0
     lookup_found: bool = False  # this step's lookup found a run: the text has a source, drafted or not
 
     def new_answer(self) -> None:
         self.confidence.forget()
         self.resume_runs.new_answer()
+        self.copy_effect = CopyEffect()
 
     def observe_target(self, row: np.ndarray) -> None:
         """The target's row that judged the step's first token."""

@@ -156,7 +156,7 @@ class AutoDrafter(Drafter):
         options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
         n_lookup = min(k_cap, len(lookup.tokens))
         lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup, self.confidence.unsure,
-                                                                               lookup.own)
+                                                                               lookup.own, self.belief.copy_effect)
         for k in range(1, n_lookup + 1):
             tokens = 1 + lookup_expected[k]
             options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
@@ -220,7 +220,7 @@ class AutoDrafter(Drafter):
         if self._model_drafted is not None and accepted >= self._model_after:
             self.draft_acceptance[self.belief.asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
-        self._shadows = settle(self._shadows, tokens, self.lookup_acceptance)
+        self._shadows = settle(self._shadows, tokens, self.lookup_acceptance, self.belief.copy_effect)
         for drafter in self._drafters():
             drafter.advance(tokens)
 
