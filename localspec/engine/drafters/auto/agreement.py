@@ -59,7 +59,7 @@ expected drafts shorter. Replayed over 20 shuffled orders of six bench files
 (stops 37, 39 and 40, both targets), the mean went up on every file (Q8_0
 1.3112x -> 1.3156x, 1.3004x -> 1.3077x, 1.3257x -> 1.3263x plain; Q4_K_M 1.2839x
 -> 1.2880x, 1.3063x -> 1.3099x, 1.3423x -> 1.3432x), rename on Q8_0 by 2-6%
-(2.53x -> 2.66x); no prompt went down by more than 0.7% but a sort-list repeat on
+(2.53x -> 2.66x); no prompt went down by more than 0.8% but a sort-list repeat on
 one file (2.5%). Counted from 2-token matches on, it gained less (1.3070x on
 the first file); a weight of 1 or 2 moved each file within 0.4% of 4's.
 """
