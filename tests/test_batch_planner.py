@@ -76,6 +76,23 @@ def test_each_slot_judges_long_copies_by_its_own_answer():
     assert copying.k == 32 and fresh.k <= 4
 
 
+def test_a_slot_in_prose_drafts_a_two_token_match_only_as_far_as_its_answer_can_afford_to_lose():
+    """thin_bets.py, per slot: the same run is drafted by a slot whose answer has budget for a lost bet, not by one
+    whose answer has none yet."""
+    plan = planner({1: 100.0, 2: 145.0, 3: 186.0, 4: 167.0})
+    for lesson in range(40):  # earlier answers: such runs held 3 times in 4
+        plan.lookup_acceptance.observe(2, 3, 0 if lesson % 4 == 0 else 3, unsure=True)
+    pair = Lookup([7, 8, 9], 2)
+    fresh, written = SequenceBelief(), SequenceBelief()
+    for belief in (fresh, written):
+        belief.confidence.observe_probability(0.4)
+    for _ in range(30):
+        written.stepped(plan.costs, lookup_k=0, accepted=0)
+    [unafforded] = plan.plan([SlotOptions("auto", 3, pair, 1, fresh)])
+    [afforded] = plan.plan([SlotOptions("auto", 3, pair, 1, written)])
+    assert unafforded.k == 0 and afforded.source == "ngram" and afforded.k > 0
+
+
 def sure(planner: BatchPlanner) -> BatchPlanner:
     """Both have been right: copies that agree this far, and the draft model."""
     for _ in range(40):
@@ -118,7 +135,7 @@ def belief_after(asks_per_resume: int) -> SequenceBelief:
             belief.asked(missed=2)
     belief.new_answer()
     for _ in range(10):
-        belief.stepped(lookup_drafted=False, accepted=0)
+        belief.stepped(CostTable.given(CHEAP_TO_FOUR), lookup_k=0, accepted=0)
     return belief
 
 

@@ -168,10 +168,11 @@ class BatchPlanner:
         return found
 
     def _lookup_curves(self, options: SlotOptions) -> tuple[list[float], list[float]]:
-        """prefix_curves of the slot's lookup run, as far as its cap lets it draft (index k: its first k tokens)."""
-        lookup, unsure = options.lookup, options.belief.confidence.unsure
-        return self.lookup_acceptance.prefix_curves(lookup.match_length, min(options.cap, len(lookup.tokens)), unsure, lookup.own,
-                                                    options.belief.copy_effect)
+        """prefix_curves of the slot's lookup run, as far as its cap (and its answer's budget for thin bets) lets it draft
+        (index k: its first k tokens)."""
+        lookup, belief = options.lookup, options.belief
+        k = belief.lookup_cap(self.costs, lookup.match_length, min(options.cap, len(lookup.tokens)))
+        return self.lookup_acceptance.prefix_curves(lookup.match_length, k, belief.confidence.unsure, lookup.own, belief.copy_effect)
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
         return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots, spread=True)

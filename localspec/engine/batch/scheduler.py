@@ -322,7 +322,7 @@ class BatchScheduler:
         config, stats = generation.request.config, generation.stats
         verdict = judge(draft, rows, config, generation.rng)
         slot.belief.observe_target(rows[0])
-        slot.belief.stepped(step.choice.source == "ngram", verdict.n_accepted)
+        slot.belief.stepped(self.planner.costs, step.choice.k if step.choice.source == "ngram" else 0, verdict.n_accepted)
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         n_past = len(slot.cached)
         keep = n_past + 1 + verdict.n_accepted

@@ -2,7 +2,8 @@
 
 How sure the target has lately been (confidence.py), how many asks a resume of
 the draft model buys there (catch_up.py), how its long copies hold against the
-learned rates (agreement.CopyEffect), and the confidence class the draft was
+learned rates (agreement.CopyEffect), what it may lose on lookup runs from thin
+evidence (thin_bets.py), and the confidence class the draft was
 last asked in, which its outcome teaches. The one-sequence controller keeps one;
 the batch planner keeps one per slot, so each slot is judged as auto judges a
 lone answer. Without them the planner priced every catch-up whole and learned
@@ -20,6 +21,8 @@ import numpy as np
 from localspec.engine.drafters.auto.agreement import CopyEffect
 from localspec.engine.drafters.auto.catch_up import COPY_STEP, ResumeRuns
 from localspec.engine.drafters.auto.confidence import TargetConfidence
+from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.auto.thin_bets import THIN_MATCH, ThinBets
 
 
 @dataclass
@@ -27,6 +30,7 @@ class SequenceBelief:
     confidence: TargetConfidence = field(default_factory=TargetConfidence)
     resume_runs: ResumeRuns = field(default_factory=ResumeRuns)  # kept across the sequence's answers, as it learns
     copy_effect: CopyEffect = field(default_factory=CopyEffect)  # the answer's own
+    thin_bets: ThinBets = field(default_factory=ThinBets)  # the answer's own
     asked_class: int = 0
     lookup_found: bool = False  # this step's lookup found a run: the text has a source, drafted or not
 
@@ -34,6 +38,7 @@ class SequenceBelief:
         self.confidence.forget()
         self.resume_runs.new_answer()
         self.copy_effect = CopyEffect()
+        self.thin_bets = ThinBets()
 
     def observe_target(self, row: np.ndarray) -> None:
         """The target's row that judged the step's first token."""
@@ -48,6 +53,13 @@ class SequenceBelief:
         """This step's lookup found a run (`found`) or none."""
         self.lookup_found = found
 
-    def stepped(self, lookup_drafted: bool, accepted: int) -> None:
-        """A step ended: whether lookup drafted it, and how many of its tokens were accepted."""
-        self.resume_runs.step(copied=lookup_drafted and accepted >= COPY_STEP, sourced=self.lookup_found)
+    def lookup_cap(self, costs: CostTable, match_length: int, k: int) -> int:
+        """How much of a lookup run from `match_length` may be drafted: all k, unless it is thin evidence (thin_bets.py)."""
+        if self.confidence.unsure and match_length < THIN_MATCH:
+            return self.thin_bets.cap(costs, k)
+        return k
+
+    def stepped(self, costs: CostTable, lookup_k: int, accepted: int) -> None:
+        """A step ended: `lookup_k` lookup tokens drafted (0: lookup did not draft it), `accepted` of its draft accepted."""
+        self.resume_runs.step(copied=lookup_k > 0 and accepted >= COPY_STEP, sourced=self.lookup_found)
+        self.thin_bets.step(costs, lookup_k, accepted)

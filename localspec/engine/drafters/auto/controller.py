@@ -154,7 +154,7 @@ class AutoDrafter(Drafter):
     def decide(self, k_cap: int, lookup: Lookup) -> Decision:
         plain = Decision("none", 0, 1.0)
         options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
-        n_lookup = min(k_cap, len(lookup.tokens))
+        n_lookup = self.belief.lookup_cap(self.costs, lookup.match_length, min(k_cap, len(lookup.tokens)))
         lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup, self.confidence.unsure,
                                                                                lookup.own, self.belief.copy_effect)
         for k in range(1, n_lookup + 1):
@@ -216,7 +216,7 @@ class AutoDrafter(Drafter):
 
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
-        self.belief.stepped(self.last_decision.drafter == self.ngram.name, accepted)
+        self.belief.stepped(self.costs, self.last_decision.k if self.last_decision.drafter == self.ngram.name else 0, accepted)
         if self._model_drafted is not None and accepted >= self._model_after:
             self.draft_acceptance[self.belief.asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
