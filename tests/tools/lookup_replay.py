@@ -50,7 +50,9 @@ class KnownRates(AgreementModel):
 
     def observe_positions(self, match_length: int, start: int, held: int, missed: bool, unsure: bool = False,
                           own: bool = False, effect: CopyEffect | None = None) -> None:
-        if not self.frozen:  # every lesson, a whole run's or a run's positions as they are judged, comes through here
+        # Every lesson, a whole run's or a run's positions as they are judged, comes through here. The answer's effect is
+        # left untaught: these rates are the answer's own already, and scaled by an effect they would count it twice.
+        if not self.frozen:
             super().observe_positions(match_length, start, held, missed, unsure, own)
 
     def forget_guesses(self) -> None:
