@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -61,7 +62,8 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     assert set(data["lookup_ceiling"]) == {p.id for p in prompts}
     assert all(c["ratio"] > 1.0 - 1e-9 and c["tokens"] == 24 for c in data["lookup_ceiling"].values()), data["lookup_ceiling"]
     assert "the target's verify cost by batch size" in result.stdout and data["verify_ms"]["1"] > 0
-    assert "auto × plain per prompt: all rounds together, the median round and the range (lookup ceiling)" in result.stdout
+    assert "auto × plain per prompt: all rounds together, the median round and the range; the lookup ceiling, and the median's share of it" in result.stdout
+    assert re.search(r"ceiling \d+\.\d\d, median ÷ ceiling \d+\.\d\d", result.stdout)
     for chart in ("bench-speed.png", "bench-acceptance.png"):
         path = tmp_path / "charts" / chart
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"chart: {path}" in result.stdout

@@ -139,11 +139,12 @@ def _print_categories(result: BenchResult) -> None:
         medians.append((statistics.median(rounds), prompt.id))
         ceiling = result.ceilings.get(prompt.id)
         lines.append(f"  {prompt.id:<26} {ratio(GenerationStats.total(autos), GenerationStats.total(plains)):5.2f}  "
-                     f"median {medians[-1][0]:5.2f} ({rounds[0]:.2f}-{rounds[-1]:.2f})" + (f"  ({ceiling.ratio:.2f})" if ceiling else ""))
+                     f"median {medians[-1][0]:5.2f} ({rounds[0]:.2f}-{rounds[-1]:.2f})"
+                     + (f"  ceiling {ceiling.ratio:.2f}, median ÷ ceiling {medians[-1][0] / ceiling.ratio:.2f}" if ceiling else ""))
     if medians:
         slowest = min(medians)
         print(f"auto's slowest prompt: {slowest[1]} at {slowest[0]:.2f} × plain (median of {result.rounds} round(s))")
-    print("auto × plain per prompt: all rounds together, the median round and the range (lookup ceiling)")
+    print("auto × plain per prompt: all rounds together, the median round and the range; the lookup ceiling, and the median's share of it")
     print("\n".join(lines))
 
 
