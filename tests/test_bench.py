@@ -107,6 +107,7 @@ def test_the_lookup_ceiling_gains_only_where_the_answer_repeats():
 
     prompt = list(range(100, 160))
     assert lookup_ceiling(prompt, list(range(500, 540)), batch_friendly, 4).ratio == 1.0  # nothing to copy
+    assert lookup_ceiling(prompt, [], batch_friendly, 4).ratio == 1.0  # an empty answer (an end of text at once) gains nothing
     copy = lookup_ceiling(prompt, prompt[10:50], batch_friendly, 4)
     assert lookup_ceiling(prompt, prompt[10:13], batch_friendly, 4).ratio >= 1.0  # a run may not reach past the answer's end
     # After the first two tokens (nothing to match yet), steps of 1 + 4 tokens at 20 ms against 12 ms per token alone.

@@ -23,7 +23,8 @@ class Ceiling:
 
     @property
     def ratio(self) -> float:
-        return self.plain_ms / self.foresight_ms if self.foresight_ms else 0.0
+        """Plain's time over foresight's: 1.0 for an empty answer, where there is nothing to gain (and nothing to divide)."""
+        return self.plain_ms / self.foresight_ms if self.foresight_ms else 1.0
 
 
 def lookup_ceiling(prompt: Sequence[int], answer: Sequence[int], verify_ms: Callable[[int], float], k_cap: int) -> Ceiling:
