@@ -93,6 +93,11 @@ def match_class(agreement: int) -> int:
     return max((bound for bound in MATCH_CLASS_PRIORS if agreement >= bound), default=min(MATCH_CLASS_PRIORS))
 
 
+def is_long_copy(match_length: int) -> bool:
+    """A run from this agreement is a copy whose hazard is also its answer's own (CopyEffect)."""
+    return match_class(match_length) >= LONG
+
+
 @dataclass
 class SourceClasses:
     """What the runs from one kind of source showed: the prompt's (and earlier requests'), or the answer's own text."""
@@ -152,7 +157,7 @@ class AgreementModel:
                       effect: CopyEffect | None = None) -> tuple[list[float], list[float]]:
         """acceptance.prefix_curves of such a run, k tokens long; a long copy's as this answer's `effect` scales them."""
         rates = self.rates(match_length, k, unsure, own)
-        if effect is not None and match_class(match_length) >= LONG:
+        if effect is not None and is_long_copy(match_length):
             rates = effect.apply(rates)
         return prefix_curves(rates)
 
@@ -173,7 +178,7 @@ class AgreementModel:
                           own: bool = False, effect: CopyEffect | None = None) -> None:
         """A run from `match_length` whose positions start..held-1 held, then (`missed`) position `held` did not; a long
         copy's also teach its answer's `effect`, against the rates as they were."""
-        if effect is not None and match_class(match_length) >= LONG:
+        if effect is not None and is_long_copy(match_length):
             effect.observe(self.rates(match_length, held + 1, unsure, own), start, held, missed)
         source = self.own if own else self.given
         if start < EARLY:
