@@ -87,7 +87,7 @@ def test_a_slot_in_prose_drafts_a_two_token_match_only_as_far_as_its_answer_can_
     for belief in (fresh, written):
         belief.confidence.observe_probability(0.4)
     for _ in range(30):
-        written.stepped(plan.costs, lookup_k=0, accepted=0)
+        written.stepped(plan.costs, lookup_k=0, settled=[5])
     [unafforded] = plan.plan([SlotOptions("auto", 3, pair, 1, fresh)])
     [afforded] = plan.plan([SlotOptions("auto", 3, pair, 1, written)])
     assert unafforded.k == 0 and afforded.source == "ngram" and afforded.k > 0
@@ -135,7 +135,7 @@ def belief_after(asks_per_resume: int) -> SequenceBelief:
             belief.asked(missed=2)
     belief.new_answer()
     for _ in range(10):
-        belief.stepped(CostTable.given(CHEAP_TO_FOUR), lookup_k=0, accepted=0)
+        belief.stepped(CostTable.given(CHEAP_TO_FOUR), lookup_k=0, settled=[5])
     return belief
 
 

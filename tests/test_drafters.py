@@ -14,6 +14,7 @@ from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
+from localspec.engine.drafters.auto.edit_points import FLAGGED, EditPoints
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.edits import RESUMED, SMALL_EDIT
 from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, LookupMemory, NgramDrafter
@@ -146,7 +147,7 @@ def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure
         for _ in range(2):  # this answer's guesses held
             controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)
         for _ in range(20):  # and it has written enough to afford a bet on thin evidence (thin_bets.py)
-            controller.belief.stepped(cpu, 0, 0)
+            controller.belief.stepped(cpu, 0, [5])
         assert controller.decide(3, guess).k > 0
 
 
@@ -214,9 +215,9 @@ def test_in_prose_a_two_token_match_is_drafted_only_as_far_as_the_answer_can_aff
     assert prose.decide(3, pair).k == 0
     assert prose.decide(3, Lookup([7, 8, 9], 20)).k > 0  # a long match is a copy: not thin evidence
     for _ in range(16):  # a share of each plain step: after 16, the loss of a one-token bet is covered, not a longer one's
-        prose.belief.stepped(cpu, 0, 0)
+        prose.belief.stepped(cpu, 0, [5])
     assert prose.decide(3, pair).k == 1
-    prose.belief.stepped(cpu, 1, 1)  # it won: its winnings pay for a longer bet
+    prose.belief.stepped(cpu, 1, [7, 8])  # it won: its winnings pay for a longer bet
     assert prose.decide(3, pair).k == 3
     assert taught(0.99).decide(3, pair).k == 3  # where the target is sure, the rates alone decide
 
@@ -911,3 +912,38 @@ def test_trying_a_losing_draft_model_costs_at_most_its_share_of_the_time():
         budget.accrue(100.0)  # a 100 ms step that did not ask the draft
         tries += budget.afford(300.0)  # a try expected to lose 300 ms
     assert tries == int(1000 * 100.0 * EXPLORE_SHARE // 300.0) == 6
+
+
+def test_a_pair_where_the_answer_broke_a_copy_is_expected_to_break_again_until_it_holds():
+    points = EditPoints()
+    points.settle([1])
+    points.watch([2, 3, 4, 5, 6, 7])
+    points.settle([2, 3, 4, 5, 99])  # the copy held to 5, then the answer wrote 99 where it proposed 6
+    judged = points.judge([8, 5, 6, 9])  # after 99: pairs (99, 8), (8, 5), (5, 6), (6, 9)
+    assert judged.hazards[2] > 0.3 and judged.hazards[:2] == [0.0, 0.0] and judged.hazards[3] == 0.0
+    rates = judged.apply([0.9] * 4)
+    assert rates[2] < 0.6 and rates[0] == rates[1] == rates[3] == 0.9  # no break has repeated yet: nothing to spare
+    for _ in range(12):  # then the pair held, copy after copy
+        points.watch([5, 6])
+        points.settle([5, 6, 1])
+    assert points.judge([5, 6]).hazards[1] <= FLAGGED
+
+
+def test_an_edit_that_recurs_at_the_same_spot_is_not_drafted_across_once_it_has_broken_there():
+    """Type hints: each signature's copy breaks after its first parameter, where the answer inserts the annotation. Once
+    that pair has broken a copy twice, auto drafts each later copy up to it and not past it (on a CPU a lost draft costs)."""
+    def_, open_, first, comma, second, close, annotation = 10, 11, 12, 13, 14, 15, 16
+
+    def function(i: int, annotated: bool) -> list[int]:
+        return [def_, 100 + i, open_, first, *([annotation] if annotated else []), comma, second, close, *range(200 + 20 * i, 212 + 20 * i)]
+
+    source = [token for i in range(8) for token in function(i, False)]
+    answer = [token for i in range(8) for token in function(i, True)]
+    steps = replay(AutoDrafter(CostTable.given(CPU_VERIFY_MS)), source, answer)
+    edits = {20 * i + 4 for i in range(8)}  # where each annotation is written
+    lost_at, position = [], 0
+    for k, accepted in steps:
+        if accepted < k:
+            lost_at.append(position + accepted)
+        position += accepted + 1
+    assert not [at for at in lost_at if at in edits and at >= 40], (steps, lost_at)

@@ -293,7 +293,7 @@ class BatchScheduler:
         for slot, option, choice in zip(generating, options, choices):
             generation = slot.generation
             assert generation is not None
-            slot.belief.looked(bool(option.lookup.tokens))
+            slot.belief.looked(option.lookup)
             self.planner.watch_lookup(generation.shadows, option.lookup, slot.belief.confidence.unsure)
             if choice.model_k:
                 lookup_part = Draft.deterministic(option.lookup.tokens[: choice.lookup_k], self._model_sampling(slot)[1])
@@ -322,7 +322,8 @@ class BatchScheduler:
         config, stats = generation.request.config, generation.stats
         verdict = judge(draft, rows, config, generation.rng)
         slot.belief.observe_target(rows[0])
-        slot.belief.stepped(self.planner.costs, step.choice.k if step.choice.source == "ngram" else 0, verdict.n_accepted)
+        settled = [*verdict.accepted, verdict.token]
+        slot.belief.stepped(self.planner.costs, step.choice.k if step.choice.source == "ngram" else 0, settled)
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         n_past = len(slot.cached)
         keep = n_past + 1 + verdict.n_accepted
@@ -335,7 +336,6 @@ class BatchScheduler:
             stats.record_decision(step.choice.label, step.choice.predicted)
         if step.choice.model_k:
             self.planner.observe_model(step.choice, slot.belief.asked_class, len(draft.tokens), verdict.n_accepted)
-        settled = [*verdict.accepted, verdict.token]
         slot.lookup.advance(settled)
         generation.shadows = self.planner.settle(generation.shadows, settled, slot.belief.copy_effect)
         events, reason = emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)

@@ -70,6 +70,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
+from localspec.engine.drafters.auto.edit_points import EditedRun
 from localspec.engine.drafters.edits import RESUMED
 
 # The agreement classes (each holds the lengths from its bound to the next) and how often a run's first tokens hold,
@@ -154,11 +155,14 @@ class AgreementModel:
         return rates + source.deep.rates(k - len(rates))
 
     def prefix_curves(self, match_length: int, k: int, unsure: bool = False, own: bool = False,
-                      effect: CopyEffect | None = None) -> tuple[list[float], list[float]]:
-        """acceptance.prefix_curves of such a run, k tokens long; a long copy's as this answer's `effect` scales them."""
+                      effect: CopyEffect | None = None, edits: EditedRun | None = None) -> tuple[list[float], list[float]]:
+        """acceptance.prefix_curves of such a run, k tokens long; a long copy's as this answer's `effect` scales them; the
+        run's as its answer's edit points judge its positions (`edits`)."""
         rates = self.rates(match_length, k, unsure, own)
         if effect is not None and is_long_copy(match_length):
             rates = effect.apply(rates)
+        if edits is not None:
+            rates = edits.apply(rates)
         return prefix_curves(rates)
 
     def forget_guesses(self) -> None:

@@ -155,8 +155,9 @@ class AutoDrafter(Drafter):
         plain = Decision("none", 0, 1.0)
         options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
         n_lookup = self.belief.lookup_cap(self.costs, lookup.match_length, min(k_cap, len(lookup.tokens)))
-        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(lookup.match_length, n_lookup, self.confidence.unsure,
-                                                                               lookup.own, self.belief.copy_effect)
+        lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(
+            lookup.match_length, n_lookup, self.confidence.unsure, lookup.own, self.belief.copy_effect,
+            self.belief.edit_points.judge(lookup.tokens[:n_lookup]))
         for k in range(1, n_lookup + 1):
             tokens = 1 + lookup_expected[k]
             options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
@@ -194,7 +195,7 @@ class AutoDrafter(Drafter):
 
     def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
         lookup = self.ngram.lookup(k)
-        self.belief.looked(bool(lookup.tokens))
+        self.belief.looked(lookup)
         if lookup.tokens:
             self._shadows.append(ShadowRun(lookup.match_length, lookup.tokens, self.confidence.unsure, lookup.own))
         decision = self.decide(k, lookup)
@@ -216,7 +217,7 @@ class AutoDrafter(Drafter):
 
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
-        self.belief.stepped(self.costs, self.last_decision.k if self.last_decision.drafter == self.ngram.name else 0, accepted)
+        self.belief.stepped(self.costs, self.last_decision.k if self.last_decision.drafter == self.ngram.name else 0, tokens)
         if self._model_drafted is not None and accepted >= self._model_after:
             self.draft_acceptance[self.belief.asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0
