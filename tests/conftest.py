@@ -48,6 +48,8 @@ TINY_SPECS = {
     # seeds): an answer long enough to be stopped mid-way.
     "talkative": TinySpec(seed=8),
     "talkative_draft": TinySpec(seed=30, base_seed=8, noise=0.1),
+    # Agrees with talkative's greedy token about 85% of the time, as a layer-skip draft of a GPU's target did (issue 45).
+    "talkative_agreeing": TinySpec(seed=35, base_seed=8, noise=0.05),
     "fim": TinySpec(seed=6, vocab="fim"),  # has fill-in-the-middle tokens, as code models do
 }
 

@@ -714,6 +714,22 @@ def test_verify_costs_follow_the_machines_speed_and_learn_rare_sizes_quickly():
     assert costs.verify(4) == pytest.approx((3 * 180.0 + 4 * 240.0) / 7, rel=1e-3)  # a plain mean with the calibration's three runs
     costs.observe_verify(4, 1000.0)  # a spike (another process took the CPU): not this batch's cost
     assert costs.verify(4) == pytest.approx((3 * 180.0 + 4 * 240.0) / 7, rel=1e-3)
+    costs.observe_verify(4, 240.0)
+    costs.observe_verify(1, 200.0)  # single tokens spike twice in a row: still noise
+    costs.observe_verify(1, 200.0)
+    assert costs.verify(1) == pytest.approx(60.0, rel=0.01)
+
+
+def test_a_run_of_slow_passes_is_the_new_cost_not_noise():
+    """Every pass 2x the estimate or more was ignored as a spike, so a machine that stayed slower (another job took
+    its cores), or an estimate timed at a lucky moment, was never corrected, and auto priced its choices on costs
+    off by 9x."""
+    costs = CostTable(PassCosts({1: 80.0, 4: 170.0}, {1: 30, 4: 3}))
+    for _ in range(3):
+        costs.observe_verify(1, 700.0)
+    assert costs.verify(1) == pytest.approx(700.0) and costs.verify(4) == pytest.approx(170.0 * 700 / 80)
+    costs.observe_verify(1, 720.0)  # from there on, learned as usual
+    assert 700.0 < costs.verify(1) < 720.0
 
 
 def test_acceptance_is_learned_per_position_and_forgets_slowly():

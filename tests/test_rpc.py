@@ -113,6 +113,51 @@ def test_real_target_on_two_servers_writes_what_it_writes_here(real_models, serv
     assert plain["tokens"] == local["tokens"]
 
 
+ASYNC_PASSES = (  # the scheduler at one slot over RPC, every target pass timed from outside as well
+    "import json, sys, time\n"
+    "from localspec.machine import rpc\n"
+    "from localspec.engine.batch.scheduler import BatchScheduler\n"
+    "from localspec.engine.chat import Message, chat_prompt_tokens\n"
+    "from localspec.engine.decode import GenerationConfig\n"
+    "from localspec.engine.model import Model, ModelConfig\n"
+    "from tests.batch_runs import run_batch\n"
+    "rpc.attach([sys.argv[2]])\n"
+    "passes = []\n"
+    "with Model(sys.argv[1], ModelConfig(n_gpu_layers=-1, n_ctx=1024)) as model:\n"
+    "    decode = model._decode_entries\n"
+    "    def timed(entries, wants):\n"
+    "        ns, start = model.decode_ns, time.perf_counter_ns()\n"
+    "        rows = decode(entries, wants)\n"
+    "        if rows is not None: rows.max()  # reads the output, as every caller does\n"
+    "        passes.append((len(entries), time.perf_counter_ns() - start, model.decode_ns - ns))\n"
+    "        return rows\n"
+    "    model._decode_entries = timed\n"
+    "    scheduler = BatchScheduler(model, None, 1)  # times its costs for real\n"
+    "    prompt = chat_prompt_tokens(model, [Message('user', 'Write a haiku about rain.')])\n"
+    "    [done] = run_batch(scheduler, [(prompt, GenerationConfig(max_tokens=12), 'auto')])\n"
+    "    print(json.dumps({'passes': passes, 'learned': scheduler.planner.costs.verify(1), 'overhead_ms': scheduler.planner.overhead_ms,\n"
+    "                      'stats': done.run.finished.stats.to_dict()}))\n"
+)
+
+
+def test_an_asynchronous_backends_passes_are_timed_to_their_end(real_models, servers):
+    """RPC, like CUDA and Metal, returns from llama_decode before the pass is done; the wait lands in the first read of
+    its output. Timed around llama_decode alone, t_llama_ms read 1% of an answer's time, python_ms_per_step was the
+    passes' time, and the batch planner took the wait for Python overhead paid on every step. Each pass is now timed
+    to its end: its llama time is its wall time, the planner's costs are the passes' and its overhead is not a pass."""
+    target, _ = real_models
+    child = subprocess.run([sys.executable, "-c", ASYNC_PASSES, str(target), servers[0]], capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-2000:]
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    for n, wall_ns, llama_ns in seen["passes"]:
+        assert llama_ns >= 0.9 * wall_ns, (n, wall_ns, llama_ns)  # the time outside llama.cpp is Python's: microseconds
+    one_token = [wall_ns / 1e6 for n, wall_ns, _ in seen["passes"] if n == 1]
+    assert min(one_token) <= seen["learned"] <= max(one_token), (seen["learned"], one_token)  # learned from those passes
+    assert seen["overhead_ms"] < 0.1 * min(one_token), (seen["overhead_ms"], one_token)
+    stats = seen["stats"]
+    assert 0.5 * stats["predicted_ms"] <= stats["t_llama_ms"] <= stats["predicted_ms"], stats  # it read 1% before
+
+
 def test_an_unreachable_or_malformed_address_is_a_clear_error(tiny, rpc_built):
     closed = f"127.0.0.1:{free_port()}"
     result = cli("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--rpc", closed)

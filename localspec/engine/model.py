@@ -103,7 +103,7 @@ class Model:
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
-        self.decode_ns = 0  # time inside llama_decode, for the Python-overhead figure
+        self.decode_ns = 0  # time inside llama_decode until its work is done, for the Python-overhead figure
         try:
             self._open_context(config.n_seq)
         except BaseException:
@@ -386,10 +386,12 @@ class Model:
         batch.n_tokens = n
         start = time.perf_counter_ns()
         rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc == 0:  # CUDA, Metal and RPC return before the pass is done: its time ends when its work does
+            llama_cpp.llama_synchronize(self._ctx)
         self.decode_ns += time.perf_counter_ns() - start
+        device_faults.raise_if_lost()  # a device lost during the pass is seen before a row is read (or explains rc)
         outputs = sum(1 for wants in wants_logits if wants)
-        pointer = llama_cpp.llama_get_logits(self._ctx) if rc == 0 and outputs else None  # waits for the decode...
-        device_faults.raise_if_lost()  # ...so a device lost until then is seen before a row is read (or explains rc)
+        pointer = llama_cpp.llama_get_logits(self._ctx) if rc == 0 and outputs else None
         if rc != 0:
             raise EngineError(self._decode_failure_message(rc, n))
         self.n_decoded += n

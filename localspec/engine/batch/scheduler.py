@@ -203,9 +203,9 @@ class BatchScheduler:
         spent = self._decode_ns() - ns_before
         if steps:
             self.planner.observe_overhead((time.perf_counter_ns() - step_start - spent) / 1e6)
-        for slot in [*(step.slot for step in steps), *(slot for slot, _ in chunks)]:
-            if slot.generation is not None:
-                slot.generation.llama_ns += spent
+        for step in steps:  # a generating slot's llama time; a prompt chunk's pass is its prompt time (prompt_ms)
+            if step.slot.generation is not None:
+                step.slot.generation.llama_ns += spent
 
     def _first_token(self, slot: Slot, row: object) -> None:
         """Judge and emit the answer's first token on the row of the prompt's last token (n_predict 0: none)."""

@@ -7,6 +7,11 @@ has its own table: a small Q4_K_M draft's batches scale worse than a Q8_0
 target's (16 tokens cost it 4.8 one-token passes against the target's 4.0 on
 this project's CPU), and pricing its catch-ups by the target's scale made the
 draft model look cheaper than it was after every plain stretch.
+
+A shape's first pass is not timed: it pays once for what later passes of that size reuse (the weights mapped in, a
+compute graph allocated, on a GPU its kernels loaded). Timed, it priced the batches of a GPU far above their cost, and
+auto, drafting nothing, never ran a batch that could have corrected the price: it chose plain decoding on every step
+where the draft model ran 1.79x plain (issue 45, an H200).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ if TYPE_CHECKING:  # annotations only
     from localspec.engine.model import Model
 
 DECAY = 0.97  # per observation: the last ~30 steps weigh most
-SPIKE = 2.0  # a pass slower than this many times the estimate is noise, not a cost
+SPIKE = 2.0  # a pass slower than this many times the estimate is noise, not a cost...
+SPIKE_RUN = 3  # ...unless this many in a row at one size are: then the machine (or the estimate) changed, and it starts there
 # A few passes, so the first token never waits long: the decode loop's own steps refine every size it drafts. 16 tells
 # whether a long copy pays on this machine (sizes past it extend along the last slope until drafted).
 CALIBRATION_SIZES = (1, 2, 4, 8, 16)
@@ -35,6 +41,7 @@ class PassCosts:
 
     ms: dict[int, float] = field(default_factory=dict)
     observations: dict[int, float] = field(default_factory=dict)  # passes timed per size, calibration included
+    _spikes: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)  # spikes in a row, per size
     _sorted: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def cost(self, n: int) -> float:
@@ -69,11 +76,13 @@ class PassCosts:
         load, clocks); when it moves, every size moves with it, or rarely timed sizes would keep costs from a faster
         moment and look cheaper than they are."""
         old = self.ms.get(n)
-        if old is not None and ms > SPIKE * old:  # another process took the CPU for a moment: not this pass's cost
-            return
         seen = self.observations.get(n, 0.0)
-        # A plain mean while evidence is scarce (the calibration counts as its repeats), then a decaying one.
-        weight = max(1 - DECAY, 1 / (seen + 1))
+        spikes = self._spikes[n] = self._spikes.get(n, 0) + 1 if old is not None and ms > SPIKE * old else 0
+        if 0 < spikes < SPIKE_RUN:  # another process took the CPU for a moment: not this pass's cost
+            return
+        # A plain mean while evidence is scarce (the calibration counts as its repeats), then a decaying one; after a run
+        # of spikes, this pass alone: every one of them had been ignored (over RPC under load: 84 ms kept against 728).
+        weight = 1.0 if spikes else max(1 - DECAY, 1 / (seen + 1))
         new = ms if old is None else old + weight * (ms - old)
         self.observations[n] = seen + 1
         if n == 1 and old is not None:
@@ -126,15 +135,16 @@ class CostTable:
 def time_passes(model: Model, sizes: Sequence[int], repeats: int) -> PassCosts:
     """Time `model` on each pass size, from an empty cache (then emptied again).
 
-    The machine's speed drifts (other load, clocks) by more than the differences that decide K, so sizes are
-    timed in turn within each repeat, each size's cost is taken relative to the single token timed beside it,
+    Every size runs once untimed first. The machine's speed drifts (other load, clocks) by more than the differences
+    that decide K, so sizes are timed in turn within each repeat, each size's cost is taken relative to the single token timed beside it,
     and the median of those ratios scales the median single-token time: a shape that drift does not bend.
     """
     token = model.bos if model.bos >= 0 else 0
     sizes = [n for n in sizes if n <= model.n_batch]
     runs: dict[int, list[float]] = {n: [] for n in sizes}
-    model.truncate(0)
-    model.decode([token], outputs=1)  # untimed: the first pass after a load pays for mapping the weights in
+    for n in sizes:  # untimed: the first pass of a shape pays for what later ones reuse (module docstring)
+        model.truncate(0)
+        model.decode([token] * n, outputs=n)
     for _ in range(repeats):
         for n in sizes:
             model.truncate(0)
