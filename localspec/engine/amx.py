@@ -15,6 +15,15 @@ build dies. Where it fails, AMX leaves the CPU backend's list of extra weight bu
 (`ggml_backend_dev_get_extra_bufts`, a NULL-terminated array the backend keeps for the process), and those weights
 go to the next entry, the repack buffer with its AVX2/AVX-512 kernels. The verdict is kept per llama.cpp build
 (its library files), so only a build's first start pays the child (about a second).
+
+Where the verdict is sound, settling leaves this process as llama.cpp alone would: whether AMX may be on offer is
+read from the build's feature list and the CPU's flags, and only the child asks the CPU backend for its buffers.
+The first `ggml_backend_dev_get_extra_bufts` call sets the AMX buffer type up for the whole process (the kernel's
+permission for the tile data, the binding to the CPU device). llama.cpp makes it inside the load, after asking each
+GPU for its memory (which creates the CUDA context); made here, before the load, it was what a sound AMX build on
+an H200 host did differently when every load died of SIGSEGV in llama_model_load_from_file, and a settle that did
+nothing loaded fine there. (A CPU-only build loads alike either way.) So this process makes the call early only
+where it must: to take an unsound AMX out of the list.
 """
 
 from __future__ import annotations
@@ -58,6 +67,9 @@ class AmxVerdict:
     reason: str  # what the probe saw, for doctor
 
 
+_NOT_OFFERED = AmxVerdict(offered=False, sound=False, reason="this build or CPU has no AMX buffer")
+
+
 def cpu_weight_buffers() -> list[str]:
     """The names of the extra buffer types llama.cpp may place CPU weights in, in its order of preference."""
     lib = ggml_library()
@@ -75,9 +87,10 @@ def settle_amx() -> AmxVerdict:
 
 
 def amx_verdict() -> AmxVerdict:
-    """The verdict on this build: read from the cache, or probed in a child process (and cached when conclusive)."""
-    if _amx_entry() is None:
-        return AmxVerdict(offered=False, sound=False, reason="this build or CPU has no AMX buffer")
+    """The verdict on this build: read from the cache, or probed in a child process (and cached when conclusive).
+    It asks nothing of the CPU backend in this process (the module's docstring says why)."""
+    if not _amx_compiled_in() or not _cpu_reports_amx():
+        return _NOT_OFFERED
     store, key = paths.cache_dir() / "amx-verdicts.json", _build_identity()
     builds = _kept_verdicts(store)
     if key in builds:
@@ -112,8 +125,25 @@ def keep_weights_off_amx() -> bool:
     return len(kept) < len(entries)
 
 
+def _amx_compiled_in() -> bool:
+    """Whether the build's CPU backend has the AMX kernels: its feature list, which sets up no buffer type."""
+    features = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    return "AMX_INT8 = 1" in features and "AVX512_VNNI = 1" in features  # ggml-cpu.cpp offers AMX with both
+
+
+def _cpu_reports_amx() -> bool:
+    """Whether the CPU (as Linux reports it) has the AMX tiles and their int8 ops; elsewhere the child finds out."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), None)
+    except OSError:
+        return True
+    return flags is None or {"amx_tile", "amx_int8"} <= set(flags)
+
+
 def _probe_in_child() -> tuple[AmxVerdict, bool]:
-    """The verdict, and whether it is conclusive (the child ran to an answer or died of the build's fault)."""
+    """The verdict, and whether it is conclusive (the child ran to an answer or died of the build's fault). A child
+    that finds no AMX buffer is not kept: the cache is per build, and another machine may run the same build."""
     code = "from localspec.engine import amx; amx.probe_here()"
     try:
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
@@ -124,8 +154,11 @@ def _probe_in_child() -> tuple[AmxVerdict, bool]:
     if child.returncode < 0:
         return AmxVerdict(True, False, f"the AMX matmul dies with signal {-child.returncode} (a GCC 12 build: llama.cpp issue 20824)"), True
     try:
-        error = float(json.loads(child.stdout.strip().splitlines()[-1])["relative_error"])
-    except (ValueError, KeyError, IndexError, TypeError):
+        answer = json.loads(child.stdout.strip().splitlines()[-1])
+        if answer.get("offered") is False:
+            return _NOT_OFFERED, False
+        error = float(answer["relative_error"])
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return AmxVerdict(True, False, f"the AMX matmul probe failed (exit {child.returncode}): {child.stderr.strip()[-300:]}"), True
     if not error <= _PROBE_TOLERANCE:
         return AmxVerdict(True, False, f"the AMX matmul is wrong here (relative error {error:.3g})"), True
@@ -142,7 +175,9 @@ def probe_here() -> None:
     llama_cpp.llama_supports_gpu_offload()  # loads dynamically built backends first, as the engine does
     lib = _probe_library()
     amx_buffer = _amx_entry()
-    assert amx_buffer is not None, "no AMX buffer"
+    if amx_buffer is None:  # compiled in, but not offered here (the kernel refused the tile data, say)
+        print(json.dumps({"offered": False}))
+        return
     rng = np.random.default_rng(0)
     quants = rng.integers(-64, 65, size=(_PROBE_N, _PROBE_K), dtype=np.int8)
     scale = np.float16(1 / 64)  # exact in fp16, so the reference needs no rounding

@@ -17,15 +17,21 @@ from llama_cpp._ctypes_extensions import load_shared_library
 
 @functools.cache
 def ggml_library() -> ctypes.CDLL:
-    """The libggml that libllama uses (from llama_cpp's directory, so LLAMA_CPP_LIB_PATH applies too), with the
-    prototypes of the device and backend-registry functions localspec calls.
+    """The libggml that libllama uses (llama_cpp's, so LLAMA_CPP_LIB_PATH applies too), with the prototypes of the
+    device and backend-registry functions localspec calls.
 
-    The wheel holds libggml.so and libggml.so.0 as two files, not a link: loading the first would start a second
-    ggml with a registry of its own, where an added RPC server is invisible to llama.cpp. libllama links the second.
+    Its functions are looked up through libllama's own handle, which searches libllama and the libraries it links:
+    so they are those of the very libggml libllama loaded, and nothing is loaded or made global. Opening a libggml by
+    path could load a second ggml with a registry of its own, where an added RPC server is invisible to llama.cpp: the
+    wheel holds libggml.so and libggml.so.0 as two files, and a copied build's libllama may find its libggml in the
+    build tree its RUNPATH names. Where the handle does not search dependencies (Windows), the file is opened as before.
     """
-    base = Path(llama_cpp.llama_cpp._base_path)
-    linked = next((base / name for name in ("libggml.so.0", "libggml.0.dylib") if (base / name).is_file()), None)
-    lib = ctypes.CDLL(str(linked), mode=ctypes.RTLD_GLOBAL) if linked else load_shared_library("ggml", base)
+    llama = llama_cpp.llama_cpp._lib
+    lib = ctypes.CDLL(llama._name, handle=llama._handle)
+    if not hasattr(lib, "ggml_backend_dev_by_type"):
+        base = Path(llama_cpp.llama_cpp._base_path)
+        linked = next((base / name for name in ("libggml.so.0", "libggml.0.dylib") if (base / name).is_file()), None)
+        lib = ctypes.CDLL(str(linked), mode=ctypes.RTLD_GLOBAL) if linked else load_shared_library("ggml", base)
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
     lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
     lib.ggml_backend_dev_get.restype = ctypes.c_void_p

@@ -215,7 +215,8 @@ class BatchScheduler:
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
             return
-        slot.belief.observe_target(row[0])
+        if generation.request.drafter != "none":  # what auto learns from; plain decoding spares its pass over the row
+            slot.belief.observe_target(row[0])
         slot.last, events, reason = first_token(self.target, row, config, generation.rng, generation.text, generation.stats)
         slot.lookup.advance([slot.last])
         for event in events:
@@ -321,7 +322,8 @@ class BatchScheduler:
         assert generation is not None
         config, stats = generation.request.config, generation.stats
         verdict = judge(draft, rows, config, generation.rng)
-        slot.belief.observe_target(rows[0])
+        if generation.request.drafter != "none":
+            slot.belief.observe_target(rows[0])
         settled = [*verdict.accepted, verdict.token]
         slot.belief.stepped(self.planner.costs, step.choice.k if step.choice.source == "ngram" else 0, settled)
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None

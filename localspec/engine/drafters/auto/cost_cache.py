@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from localspec.engine.model import Model
 
 # Bumped when the table's meaning changes: older files are then ignored. 2: a draft token's cost includes its ask's sampling.
-# 3: the draft's passes have their own costs by size.
-FORMAT = 3
+# 3: the draft's passes have their own costs by size. 4: no size's first pass is timed (a GPU's tables priced its batches
+# at their one-off costs, and auto kept them).
+FORMAT = 4
 
 
 def _file_identity(model: Model) -> str:
