@@ -135,6 +135,8 @@ class Model:
         self.n_seq = n_seq
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
         self.kv_tokens: list[int] = []
+        self._view_key: tuple[int, int] | None = None  # the logits view's (buffer address, rows): a new context, a new buffer
+        self._view = np.empty((0, 0), dtype=np.float32)
         self._branch: list[int] = []  # sequence 1's tokens past the split point, while a tree is being verified
 
     def ensure_sequences(self, n_seq: int) -> None:
@@ -397,7 +399,16 @@ class Model:
         self.n_decoded += n
         if pointer is None:
             return None
-        return np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab))
+        return self._logits_view(ctypes.cast(pointer, ctypes.c_void_p).value, outputs)
+
+    def _logits_view(self, address: int, outputs: int) -> np.ndarray:
+        """The (outputs, n_vocab) view of llama.cpp's logits buffer, made again only when the buffer moves or the row count
+        changes: np.ctypeslib.as_array took 66 us a pass on a 152k vocabulary, a quarter of plain decoding's Python."""
+        if self._view_key != (address, outputs):
+            buffer = (ctypes.c_float * (outputs * self.n_vocab)).from_address(address)
+            self._view = np.frombuffer(buffer, dtype=np.float32).reshape(outputs, self.n_vocab)
+            self._view_key = (address, outputs)
+        return self._view
 
     def _decode_failure_message(self, rc: int, n: int) -> str:
         if rc == 1:

@@ -178,6 +178,9 @@ class BatchScheduler:
             entries += [(token, len(slot.cached) + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
         rows = self.target.decode_sequences(entries)
         target_end = time.perf_counter_ns()
+        for step in steps:  # the drafts' passes and this one are the step's llama time, counted before a slot can finish
+            assert step.slot.generation is not None
+            step.slot.generation.llama_ns += self._decode_ns() - ns_before
         if steps and not chunks:
             self.planner.observe_verify(n_verify, (target_end - draft_end) / 1e6)
 
@@ -200,12 +203,8 @@ class BatchScheduler:
                 assert rows is not None
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
-        spent = self._decode_ns() - ns_before
         if steps:
-            self.planner.observe_overhead((time.perf_counter_ns() - step_start - spent) / 1e6)
-        for step in steps:  # a generating slot's llama time; a prompt chunk's pass is its prompt time (prompt_ms)
-            if step.slot.generation is not None:
-                step.slot.generation.llama_ns += spent
+            self.planner.observe_overhead((time.perf_counter_ns() - step_start - (self._decode_ns() - ns_before)) / 1e6)
 
     def _first_token(self, slot: Slot, row: object) -> None:
         """Judge and emit the answer's first token on the row of the prompt's last token (n_predict 0: none)."""
