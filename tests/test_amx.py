@@ -13,6 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from localspec.machine import llama_build
+
 CHILD_TIMEOUT_S = 300
 VERDICT = (
     "import json\n"
@@ -32,8 +36,24 @@ LONG_BATCH = (  # a 64-token batch: the AMX matmul runs for batches, a single to
 )
 
 
-def run_child(code: str, *args: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = os.environ | ({"XDG_CACHE_HOME": str(cache)} if cache else {})
+SOUND_BUILD_LOAD = (  # the engine's own load: what did settling ask of ggml in this process before llama.cpp loaded?
+    "import json, sys\n"
+    "from localspec.engine import amx, ggml_library, model as model_module\n"
+    "asked, array = [], amx._extra_buffer_array\n"
+    "amx._extra_buffer_array = lambda: asked.append(1) or array()\n"
+    "model_module._init_backend()\n"
+    "early = {'queries': len(asked), 'ggml_opened': ggml_library.ggml_library.cache_info().currsize}\n"
+    "with model_module.Model(sys.argv[1], model_module.ModelConfig(n_ctx=512, n_threads=2)) as model:\n"
+    "    tokens = model.tokenize('def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n' * 4, add_special=False)[:64]\n"
+    "    rows = model.decode(tokens, outputs=2)\n"
+    "    v = amx.settle_amx()\n"
+    "    print(json.dumps({'early': early, 'verdict': {'offered': v.offered, 'sound': v.sound, 'reason': v.reason},\n"
+    "                      'buffers': amx.cpu_weight_buffers(), 'rows': list(rows.shape), 'n': len(tokens)}))\n"
+)
+
+
+def run_child(code: str, *args: str, cache: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = os.environ | (env or {}) | ({"XDG_CACHE_HOME": str(cache)} if cache else {})
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=env)
 
 
@@ -97,3 +117,37 @@ def test_the_verdict_is_kept_per_build_and_probed_again_when_unreadable(tmp_path
     store.write_text("{not json")
     assert verdict(tmp_path) == first  # probed again, and kept again
     assert json.loads(store.read_text())["builds"][key]["reason"] == first["reason"]
+
+
+@pytest.fixture(scope="module")
+def sound_amx_build() -> Path:
+    """llama.cpp's own shared libraries, built here once (native code; the tile-config fix under GCC < 13, so its AMX
+    matmul is sound), for LLAMA_CPP_LIB_PATH."""
+    return llama_build.ensure_built(lambda _stage: None, cuda=False)
+
+
+def cpu_has_amx() -> bool:
+    """Linux's word for it: the AMX tiles and their int8 ops (elsewhere: unknown, taken as no)."""
+    try:
+        flags = next(line.split() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return False
+    return {"amx_tile", "amx_int8"} <= set(flags)
+
+
+def test_a_sound_amx_build_loads_and_decodes_with_amx_kept(sound_amx_build: Path, real_models: tuple[Path, Path], tmp_path: Path):
+    """The H200 report: with a sound build, every load died of SIGSEGV in llama_model_load_from_file until settling did
+    nothing. Settling a sound verdict must leave the process as llama.cpp alone would: no extra-buffer query and no
+    libggml opened before the load (the probe's child asks instead). First start (probed) and second (cached)."""
+    target, _ = real_models
+    for start in ("probed", "cached"):
+        child = run_child(SOUND_BUILD_LOAD, str(target), cache=tmp_path, env={"LLAMA_CPP_LIB_PATH": str(sound_amx_build)})
+        assert child.returncode == 0, f"{start}: exit {child.returncode}: {child.stderr[-2000:]}"
+        seen = json.loads(child.stdout)
+        assert seen["n"] == 64 and seen["rows"][0] == 2, (start, seen)
+        assert seen["early"] == {"queries": 0, "ggml_opened": 0}, (start, seen)
+        if cpu_has_amx():  # a native build on an AMX CPU offers it, and this one is sound
+            assert seen["verdict"]["offered"] and seen["verdict"]["sound"], (start, seen)
+            assert "AMX" in seen["buffers"], (start, seen)
+        else:
+            assert "AMX" not in seen["buffers"], (start, seen)

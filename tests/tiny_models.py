@@ -30,7 +30,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _byte_symbols() -> list[str]:
+def byte_symbols() -> list[str]:
     """GPT-2's reversible byte-to-unicode table: the spelling of each byte token."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     codes = printable[:]
@@ -45,7 +45,7 @@ def _byte_symbols() -> list[str]:
 
 
 def vocabulary(variant: str = "base") -> list[str]:
-    tokens = SPECIALS + _byte_symbols() + [a + b for a, b in MERGES]
+    tokens = SPECIALS + byte_symbols() + [a + b for a, b in MERGES]
     if variant == "other":  # a different tokenizer: two ordinary tokens trade places
         tokens[100], tokens[101] = tokens[101], tokens[100]
     if variant == "fim":  # a code model's: fill-in-the-middle tokens too

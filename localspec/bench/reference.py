@@ -47,7 +47,7 @@ def llama_bench_tg(bin_dir: Path, target: Path, threads: int, n_gen: int = 64, d
         str(_tool(bin_dir, "llama-bench")), "-m", str(target), "-p", "0", "-n", str(n_gen), "-d", str(depth),
         "-t", str(threads), "-o", "json",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, errors="replace", check=False)
     if result.returncode != 0:
         raise EngineError(f"llama-bench failed: {result.stderr.strip()[-500:]}")
     rows = json.loads(result.stdout)
@@ -71,7 +71,7 @@ def speculative_simple(
         "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(p_min),
     ]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace", check=False)
     finally:
         Path(prompt_file).unlink(missing_ok=True)
     output = result.stdout + result.stderr

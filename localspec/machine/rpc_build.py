@@ -11,20 +11,15 @@ that a server lost mid-answer is an error rather than the end of the process (rp
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
-import tarfile
 import tempfile
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 from localspec import paths
 from localspec.errors import LocalspecError
-from localspec.machine import rpc_client_patch
+from localspec.machine import llama_sources, rpc_client_patch
 
 
 class RpcBuildError(LocalspecError):
@@ -32,7 +27,7 @@ class RpcBuildError(LocalspecError):
 
 
 def llama_cpp_version() -> str:
-    return metadata.version("llama_cpp_python")
+    return llama_sources.llama_cpp_version()
 
 
 def build_dir() -> Path:
@@ -82,15 +77,9 @@ def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
         work = Path(scratch)
         if sdist is None:
             report(f"fetching the llama-cpp-python {version} sources with pip")
-            sdist = _download_sdist(version, work)
+            sdist = llama_sources.download_sdist(version, work, RpcBuildError, "`localspec rpc-build --sdist FILE`")
         report(f"unpacking {sdist.name}")
-        try:
-            with tarfile.open(sdist) as archive:
-                archive.extractall(work / "src", filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise RpcBuildError(f"{sdist} cannot be unpacked ({exc}): give llama-cpp-python {version}'s source .tar.gz, "
-                                "or leave out --sdist to let pip fetch it.") from exc
-        tree = work / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+        tree = llama_sources.unpack(sdist, work / "src", version, RpcBuildError)
         if not (tree / "ggml" / "include" / "ggml-rpc.h").is_file():
             raise RpcBuildError(f"{sdist} holds no vendored llama.cpp with an RPC backend; is it llama-cpp-python {version}'s?")
         try:
@@ -101,10 +90,11 @@ def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
         common = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                   "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
         report("building the RPC backend module (about a minute)")
-        _cmake(cmake, tree, work / "module", [*common, "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU=OFF",
-                                             "-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_TOOLS=OFF"], "ggml-rpc")
+        llama_sources.cmake_build(cmake, tree, work / "module", [*common, "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU=OFF",
+                                                                 "-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_TOOLS=OFF"], ["ggml-rpc"], RpcBuildError)
         report("building ggml-rpc-server (a few minutes: it carries a CPU backend to serve with)")
-        _cmake(cmake, tree, work / "server", [*common, "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TOOLS=ON"], "ggml-rpc-server")
+        llama_sources.cmake_build(cmake, tree, work / "server", [*common, "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TOOLS=ON"],
+                                  ["ggml-rpc-server"], RpcBuildError)
         out = build_dir()
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy2(work / "module" / "bin" / "libggml-rpc.so", module_path())
@@ -112,31 +102,6 @@ def build(report: Callable[[str], None], sdist: Path | None = None) -> Path:
         record = {"protocol": _protocol_in(tree / "ggml" / "include" / "ggml-rpc.h"), "client_patch": rpc_client_patch.PATCH_LEVEL}
         (out / "build.json").write_text(json.dumps(record))
     return out
-
-
-def _download_sdist(version: str, into: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(into),
-               f"llama-cpp-python=={version}"]
-    result = subprocess.run(command, capture_output=True, text=True)
-    found = sorted(into.glob("llama_cpp_python-*.tar.gz"))
-    if result.returncode != 0 or not found:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RpcBuildError(f"pip could not fetch the llama-cpp-python {version} sources ({last}). Check the network, "
-                            "or give the downloaded .tar.gz: `localspec rpc-build --sdist FILE`.")
-    return found[0]
-
-
-def _cmake(cmake: str, tree: Path, build: Path, options: list[str], target: str) -> None:
-    for step in ([cmake, "-S", str(tree), "-B", str(build), *options],
-                 [cmake, "--build", str(build), "--target", target, "-j", str(_jobs())]):
-        result = subprocess.run(step, capture_output=True, text=True)
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-            raise RpcBuildError(f"Building {target} failed:\n{tail}\nA C++ compiler and cmake are needed, as for llama-cpp-python.")
-
-
-def _jobs() -> int:
-    return max(1, os.cpu_count() or 1)
 
 
 def _protocol_in(header: Path) -> list[int]:
