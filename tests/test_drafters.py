@@ -796,32 +796,46 @@ def test_autos_draft_passes_teach_the_cost_of_their_own_size(tiny):
     assert costs.draft is not None and costs.draft.cost(1) < 3 * one_token[len(one_token) // 2] < first_ms, costs.draft_lessons
 
 
-def test_every_draft_pass_teaches_autos_draft_cost_what_it_took(tiny):
+def test_every_draft_pass_teaches_autos_draft_cost_what_it_took(tiny, monkeypatch):
     """A K=1 ask is its catch-up pass alone, its token chosen from that pass's row: the lesson is the whole ask, the
-    decode, sampling and the p-min test, at the catch-up's size."""
+    decode and the choice (sampling, the p-min test), at the catch-up's size. A clock that moves 7 ms in each draft
+    decode and 1 ms in each choice of a draft token, and nowhere else, says exactly what each lesson must be."""
+    from localspec.engine.drafters import draft_model
+
+    clock = [0]
+
+    def advance(ms: int, function):
+        def timed(*args, **kwargs):
+            clock[0] += ms * 1_000_000
+            return function(*args, **kwargs)
+        return timed
+
+    monkeypatch.setattr(time, "perf_counter_ns", lambda: clock[0])
+    monkeypatch.setattr(draft_model, "greedy_with_confidence", advance(1, draft_model.greedy_with_confidence))
     with Engine(EngineConfig(tiny["talkative"], tiny["talkative"])) as engine:
         assert engine.draft is not None
         given = CostTable.given(*GPU_LIKE)  # the draft model always wins
         costs = RecordingCosts(given.target, given.draft, fixed=True)
         model = ModelDrafter(engine.draft)
+        engine.draft._decode_entries = advance(7, engine.draft._decode_entries)  # type: ignore[method-assign]
         controller = AutoDrafter(costs, model)
         prompt = chat_prompt_tokens(engine.target, [Message("user", "Tell me a story.")])
         asked: list[tuple[int, int]] = []  # (tokens the draft had to read, ns the ask took)
         ask = model.continue_after
 
-        def timed(*args, **kwargs):
-            pending, start = model.pending_tokens, time.perf_counter_ns()
+        def recorded(*args, **kwargs):
+            pending, start = model.pending_tokens, clock[0]
             try:
                 return ask(*args, **kwargs)
             finally:
-                asked.append((pending, time.perf_counter_ns() - start))
+                asked.append((pending, clock[0] - start))
 
-        model.continue_after = timed  # type: ignore[method-assign]
-        run(Decoder(engine.target, controller), prompt, GenerationConfig(max_tokens=30, draft_max=1, draft_p_min=0.0))
+        model.continue_after = recorded  # type: ignore[method-assign]
+        run(Decoder(engine.target, controller), prompt, GenerationConfig(max_tokens=30, draft_max=1, draft_p_min=1e-9))
     assert len(costs.draft_lessons) == len(asked) >= 5  # one pass per ask, and each one taught...
     for (n, lesson), (pending, ns) in zip(costs.draft_lessons, asked):
         assert n == pending  # ...at the size it read...
-        assert 0.5 * ns / 1e6 < lesson <= ns / 1e6 + 0.05  # ...about what it took, give or take the time around the call
+        assert lesson == ns / 1e6 == 8.0  # ...what the ask took: its decode and its token's choice
 
 
 def test_auto_prices_a_catch_up_by_the_drafts_own_batches_spread_over_the_steps_it_resumes(tiny):

@@ -117,6 +117,16 @@ def test_native_responses_name_their_slot_as_slots_shows_it(server):
         assert rows[body["id_slot"]]["id_task"] == body["id_task"]
 
 
+def test_the_context_a_client_reads_is_a_slots_share(server):
+    """--ctx-size is each slot's (512 here: the caches hold 4 x 512). Continue sizes its prompts from n_ctx, and the whole
+    context it was told (2048) overfilled a slot: a 400."""
+    props = server.request("GET", "/props")[1]
+    models = server.request("GET", "/v1/models")[1]
+    slots = server.request("GET", "/slots")[1]
+    assert props["default_generation_settings"]["n_ctx"] == models["data"][0]["meta"]["n_ctx"] == 512
+    assert {row["n_ctx"] for row in slots} == {512} and props["total_slots"] == 4
+
+
 def test_autocomplete_on_a_long_file_fits_its_slot(tiny, tmp_path):
     """The fill-in-the-middle prompt is cut to the slot's share of the context, not the whole context's: a file longer
     than a slot is answered (its prefix's end, its suffix's start), never refused as too long."""

@@ -39,7 +39,7 @@ async def health(request: Request) -> JSONResponse:
 async def props(request: Request) -> dict[str, Any]:
     state, engine = server(request)
     return {
-        "default_generation_settings": {"n_ctx": engine.target.n_ctx, "model": state.options.alias,
+        "default_generation_settings": {"n_ctx": state.request_context, "model": state.options.alias,
                                         "params": {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min}},
         "total_slots": state.options.parallel, "model_path": str(engine.config.target), "chat_template": engine.target.chat_template() or "",
         "build_info": f"localspec {__version__}", "modalities": {"vision": False, "audio": False},

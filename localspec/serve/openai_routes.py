@@ -36,7 +36,7 @@ def server(request: Request) -> tuple[ServerState, Engine]:
 @router.get("/models")
 async def models(request: Request) -> dict[str, Any]:
     state, engine = server(request)
-    meta = {"n_ctx": engine.target.n_ctx, "n_vocab": engine.target.n_vocab, "target": str(engine.config.target),
+    meta = {"n_ctx": state.request_context, "n_vocab": engine.target.n_vocab, "target": str(engine.config.target),
             "draft": str(engine.config.draft) if engine.config.draft else None, "drafter": state.options.drafter}
     return {"object": "list", "data": [{"id": state.options.alias, "object": "model", "created": now(), "owned_by": "localspec", "meta": meta}]}
 
