@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import signal
+import time
 
 import openai
 import pytest
@@ -79,3 +82,29 @@ def test_a_tool_call_is_returned_parsed_streamed_and_not(server):
     streamed = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert [(tc.function.name, json.loads(tc.function.arguments)) for tc in streamed] == [("get_weather", {"city": "Paris"})]
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+COUNTING = "Count from 1 to 2000, one number per line.\n1\n2\n3\n4\n5\n"  # a base continuation that runs to the context's end
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_the_first_sigterm_ends_the_streams_in_flight_and_the_server(real_models, tmp_path, parallel):
+    """uvicorn alone waits for every response to end: a stream with no max_tokens went on past 121 s after SIGTERM. The
+    first signal cancels it: its client reads a last event and [DONE], and the server exits within seconds."""
+    target, _ = real_models
+    with live_server(tmp_path, "--target", str(target), "--drafter", "none", "--parallel", parallel, "--ctx-size", "4096") as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        connection.request("POST", "/v1/completions", json.dumps({"prompt": COUNTING, "stream": True}),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        events = [response.readline() for _ in range(6)]  # three data lines and their blank lines: it is generating
+        assert all(line.startswith(b"data: {") for line in events[::2]), events
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        rest = response.read().decode().split("\n\n")
+        exit_code = server.process.wait(timeout=30)
+        stopped_s = time.monotonic() - signalled
+    data = [chunk.removeprefix("data: ") for chunk in rest if chunk.startswith("data: ")]
+    assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] is not None, data[-3:]
+    assert exit_code in (0, -signal.SIGTERM) and stopped_s < 10, (exit_code, stopped_s)  # uvicorn re-raises the signal it handled

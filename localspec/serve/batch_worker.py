@@ -31,6 +31,7 @@ class BatchWorker:
         self._scheduler: BatchScheduler | None = None
         self._ready = threading.Event()
         self._tasks: dict[int, int] = {}  # slot -> arrival number of its running (else last) job
+        self._running: dict[int, Job] = {}  # slot -> the job it runs (or ran last: cancelling an ended job does nothing)
         self._arrived = 0
         self._thread = threading.Thread(target=self._serve, name="localspec-batch", daemon=True)
         self._thread.start()
@@ -65,6 +66,11 @@ class BatchWorker:
         return job
 
     def stop(self) -> None:
+        """The server stops: every job, in a slot or queued, is cancelled; a slot's ends at the scheduler's next step
+        (its handler hears Finished), a queued one when the thread reaches it."""
+        for job in [*self._running.values(), *list(self._jobs.queue)]:
+            if job is not None:
+                job.cancel.set()
         self._jobs.put(None)
         self._ready.set()
 
@@ -113,6 +119,7 @@ class BatchWorker:
             return
         job.slot = slot.seq  # before Started: the handler reads it once the job has started
         self._tasks[slot.seq] = job.number
+        self._running[slot.seq] = job
         job.put(Started(len(prompt), thinking_open))
 
     @staticmethod

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 
@@ -27,14 +29,32 @@ def run_server(config: EngineConfig, options: ServeOptions) -> int:
     url = f"http://{options.host}:{options.port}"
     print(f"localspec serve: {url}/v1 (OpenAI) and {url} (llama.cpp routes) · model {options.alias!r}"
           + (" · API key required" if options.api_key else ""), file=sys.stderr, flush=True)
+    server = _Server(uvicorn.Config(create_app(state), host=options.host, port=options.port, log_level="warning", access_log=False),
+                     on_exit=state.worker.stop)
     try:
-        uvicorn.run(create_app(state), host=options.host, port=options.port, log_level="warning", access_log=False)
+        server.run()
     finally:
         state.worker.stop()
         loader.join(timeout=5)
         if state.engine is not None:
             state.engine.close()
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, stopped by the first Ctrl-C or SIGTERM although answers are streaming. uvicorn stops accepting and then
+    waits for every response to end, and a stream with no max_tokens ran on for minutes; so the signal first stops the
+    worker, which cancels every generation (each stream ends with its last event) and every queued request."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            print("localspec serve: stopping: the answers in flight end now", file=sys.stderr, flush=True)
+            self._on_exit()
+        super().handle_exit(sig, frame)
 
 
 def _load(state: ServerState, config: EngineConfig) -> None:

@@ -105,8 +105,10 @@ class GenerationWorker:
         return job
 
     def stop(self) -> None:
-        if self.running is not None:
-            self.running.cancel.set()
+        """The server stops: the running job and every queued one are cancelled (their handlers hear how they ended)."""
+        for job in [self.running, *list(self._jobs.queue)]:
+            if job is not None:
+                job.cancel.set()
         self._jobs.put(None)
 
     def _serve(self) -> None:
