@@ -81,6 +81,37 @@ def test_completions_native_completion_and_the_prompt_cache(server):
     assert events[-1]["stop"] and events[-1]["timings"]["predicted_n"] == 3 and all(not e["stop"] for e in events[:-1])
 
 
+def test_n_predict_and_the_native_completions_route_as_llama_server_has_them(server):
+    """n_predict was ignored on /completions and /v1/completions (183 tokens for 4), and /completions answered in OpenAI's
+    shape where llama-server treats it as its native /completion."""
+    status, native = server.request("POST", "/completions", {"prompt": "def add(a, b):\n", "n_predict": 4})
+    assert status == 200 and native["tokens_predicted"] == 4 and "content" in native and "choices" not in native
+    status, openai_shape = server.request("POST", "/v1/completions", {"prompt": "def add(a, b):\n", "n_predict": 4})
+    assert status == 200 and openai_shape["usage"]["completion_tokens"] == 4 and openai_shape["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_stop_word_is_named_in_the_native_answer(server):
+    status, full = server.request("POST", "/completion", {"prompt": "hello there", "n_predict": 30})
+    word = full["content"][5:9]
+    status, stopped = server.request("POST", "/completion", {"prompt": "hello there", "n_predict": 30, "stop": ["zzzz", word]})
+    assert status == 200 and stopped["stop_type"] == "word" and stopped["stopping_word"] == word, stopped
+    assert full["stopping_word"] == "" and full["stop_type"] == "limit"
+
+
+@pytest.mark.parametrize("path, option, value", [
+    ("/v1/chat/completions", "n", 2), ("/v1/chat/completions", "logprobs", True), ("/v1/chat/completions", "top_logprobs", 3),
+    ("/v1/completions", "logprobs", 2), ("/v1/completions", "best_of", 3), ("/completion", "n_probs", 5), ("/completion", "return_tokens", True),
+])
+def test_options_the_server_does_not_honour_get_a_400_naming_them(server, path, option, value):
+    """Dropped without a word, n=2 returned one choice and logprobs none: a client reading them failed further on."""
+    body = {"model": "tiny", "max_tokens": 2, "n_predict": 2, option: value}
+    body |= {"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"prompt": "hi"}
+    status, answer = server.request("POST", path, body)
+    assert status == 400 and answer["error"]["type"] == "invalid_request_error" and answer["error"]["message"].startswith(option), answer
+    status, fine = server.request("POST", path, body | {option: 1 if option in ("n", "best_of") else None})
+    assert status == 200, fine
+
+
 def test_models_health_props_tokenize_and_metrics(server):
     client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=12)
     models = client(server).models.list().data
@@ -130,7 +161,7 @@ def test_bad_input_gets_the_openai_error_shape_and_the_server_goes_on(server, me
 
 def test_unknown_fields_are_ignored(server):
     status, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-                                                                    "max_tokens": 2, "frequency_penalty": 0.5, "n_probs": 3, "cache_prompt": True})
+                                                                    "max_tokens": 2, "frequency_penalty": 0.5, "cache_prompt": True})
     assert status == 200 and body["usage"]["completion_tokens"] == 2
 
 

@@ -101,7 +101,7 @@ class Decoder:
             yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps)
         stats.predicted_ms = (time.perf_counter_ns() - gen_start) / 1e6
         stats.t_llama_ms = (sum(model.decode_ns for model in models) - decode_ns_before) / 1e6
-        yield Finished(reason, stats, message)
+        yield Finished(reason, stats, message, text.stop_word)
 
     def check_fits(self, prompt: Sequence[int]) -> None:
         """A prompt that fills the context leaves no room for an answer: refused before anything is decoded."""

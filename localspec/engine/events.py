@@ -37,3 +37,4 @@ class Finished:
     reason: StopReason
     stats: GenerationStats
     message: str = ""
+    stop_word: str = ""  # the stop string that ended the answer (StopReason.STOP_STRING)

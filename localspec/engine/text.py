@@ -16,6 +16,7 @@ class TextAssembler:
         self._stop = [s for s in stop if s]
         self._held = ""
         self.stopped = False
+        self.stop_word = ""  # the stop string that ended the text (llama.cpp's stopping_word)
 
     def push(self, data: bytes) -> str:
         """Feed one token's bytes; return the text that is now safe to show."""
@@ -25,7 +26,7 @@ class TextAssembler:
         for stop in self._stop:
             at = text.find(stop)
             if at >= 0:
-                self.stopped = True
+                self.stopped, self.stop_word = True, stop
                 self._held = ""
                 return text[:at]
         hold = max((self._open_prefix(text, stop) for stop in self._stop), default=0)

@@ -90,6 +90,7 @@ async def metrics(request: Request) -> PlainTextResponse:
 
 
 @router.post("/completion")
+@router.post("/completions")  # llama-server's native route too (/v1/completions is OpenAI's)
 async def completion(body: NativeCompletionRequest, request: Request) -> Any:
     state, _ = server(request)
     prompt = body.prompt
@@ -130,7 +131,7 @@ def _final(state: ServerState, start: Started, finished: Finished, content: str,
     stats = finished.stats
     return {"content": content, "stop": True, "id_slot": job.slot, "id_task": job.number, "model": state.options.alias,
             "stop_type": STOP_TYPES[finished.reason],
-            "stopping_word": "", "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n, "tokens_cached": stats.cache_n,
+            "stopping_word": finished.stop_word, "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n, "tokens_cached": stats.cache_n,
             "truncated": False, "timings": timings(stats), "localspec": localspec_stats(stats, state.plain_ms_per_token)}
 
 

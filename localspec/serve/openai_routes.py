@@ -123,10 +123,9 @@ async def _chat_stream(state: ServerState, reply: _Reply, shaper: AnswerShaper, 
 
 
 @router.post("/v1/completions")
-@router.post("/completions")
 async def completions(body: CompletionRequest, request: Request) -> Any:
     state, engine = server(request)
-    drafter, config = state.generation(body, body.max_tokens)
+    drafter, config = state.generation(body, body.max_tokens if body.max_tokens is not None else body.n_predict)
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         if len(prompt) != 1:

@@ -94,6 +94,7 @@ class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] = ""
     suffix: str | None = None
     max_tokens: int | None = None
+    n_predict: int | None = None  # llama.cpp's name for max_tokens, which its server reads here too
     stream_options: StreamOptions | None = None
 
 

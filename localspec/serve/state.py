@@ -45,6 +45,7 @@ class ServerState:
     def generation(self, request: SamplingFields, max_tokens: int | None) -> tuple[str, GenerationConfig]:
         """The drafter and the engine's settings for a request: its own fields, else the server's options."""
         assert self.engine is not None
+        refuse_unsupported(request)
         drafter = request.option("localspec.drafter") or self.options.drafter
         if drafter not in registry.DRAFTERS:
             raise UsageError(f"localspec.drafter must be one of {', '.join(registry.DRAFTERS)}, not {drafter!r}.")
@@ -106,6 +107,22 @@ class ServerState:
         if status:
             parts.append(status)
         print(f"  #{task} " + " · ".join(parts), file=sys.stderr, flush=True)
+
+
+# Options clients send that this server does not honour, and what each asks for: refused by name, never dropped silently.
+UNSUPPORTED = {"logprobs": "token log-probabilities", "top_logprobs": "token log-probabilities",
+               "n_probs": "token probabilities", "return_tokens": "the answer's token ids", "best_of": "several candidate answers"}
+
+
+def refuse_unsupported(request: SamplingFields) -> None:
+    """A 400 naming the option, where a client asks for what the answer would silently lack."""
+    n = request.option("n")
+    if n is not None and n != 1:
+        raise UsageError(f"n = {n!r}: this server returns one choice per request. Send {n!r} requests instead, or leave n out.")
+    for name, what in UNSUPPORTED.items():
+        value = request.option(name)
+        if value not in ((None, False, 0, 1) if name == "best_of" else (None, False, 0)):
+            raise UsageError(f"{name} is not supported: this server does not return {what}. Leave {name} out.")
 
 
 def _number(value: Any, name: str, kind: type) -> Any:

@@ -357,7 +357,7 @@ class BatchScheduler:
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6
         slot.generation = None
-        emit(Finished(reason, stats, message))
+        emit(Finished(reason, stats, message, generation.text.stop_word))
 
     def _keep_prompt_only(self, slot: Slot, prompt: Sequence[int]) -> None:
         """Drop the slot's cells past its prompt (what it answered); the prompt's stay as its cache, as a finished slot's do.
