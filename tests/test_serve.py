@@ -98,6 +98,19 @@ def test_a_stop_word_is_named_in_the_native_answer(server):
     assert full["stopping_word"] == "" and full["stop_type"] == "limit"
 
 
+def test_response_fields_and_the_stream_keys_clients_read(server):
+    """llama.vim asks /infill and /completion for flat keys ("timings/prompt_n") through response_fields; streams carry
+    index, tokens_predicted and tokens_evaluated on every chunk, as llama-server's do."""
+    fields = ["content", "timings/prompt_n", "timings/no_such_key", "tokens_predicted"]
+    status, picked = server.request("POST", "/completion", {"prompt": "hello", "n_predict": 3, "response_fields": fields})
+    assert status == 200 and set(picked) == {"content", "timings/prompt_n", "tokens_predicted"} and picked["tokens_predicted"] == 3, picked
+    status, streamed = server.request("POST", "/completion", {"prompt": "hello", "n_predict": 3, "stream": True})
+    events = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: ")]
+    partial = [e for e in events if not e["stop"]]
+    assert partial and all({"index", "content", "tokens", "tokens_predicted", "tokens_evaluated"} <= e.keys() for e in partial)
+    assert [e["tokens_predicted"] for e in partial] == sorted(e["tokens_predicted"] for e in partial) and events[-1]["index"] == 0
+
+
 @pytest.mark.parametrize("path, option, value", [
     ("/v1/chat/completions", "n", 2), ("/v1/chat/completions", "logprobs", True), ("/v1/chat/completions", "top_logprobs", 3),
     ("/v1/completions", "logprobs", 2), ("/v1/completions", "best_of", 3), ("/completion", "n_probs", 5), ("/completion", "return_tokens", True),

@@ -61,6 +61,29 @@ def test_fill_in_the_middle_writes_the_middle_of_a_real_function(server):
     assert status == 200 and ("n % " in infilled["content"] or "range(" in infilled["content"]), infilled
 
 
+def test_the_fim_prompt_has_llama_cpps_repository_header_with_or_without_other_files(real_models):
+    """Without input_extra the prompt lacked the <|repo_name|>myproject / <|file_sep|>filename header llama.cpp's server
+    always adds, and the same request completed differently from llama-server."""
+    from localspec.engine.fim import fim_prompt
+    from localspec.engine.model import Model, ModelConfig
+
+    with Model(real_models[0], ModelConfig(n_ctx=1024)) as model:
+        fim = model.fim_tokens()
+        header = [fim["rep"], *model.tokenize("myproject\n", add_special=False, parse_special=False)]
+        file = [fim["sep"], *model.tokenize("filename\n", add_special=False, parse_special=False)]
+        for extra in ([], [("util.py", "import math\n")]):
+            prompt = fim_prompt(model, "def f(x):\n    return ", "\n", extra)
+            pre = prompt.index(fim["pre"])
+            assert prompt[: len(header)] == header and prompt[pre - len(file) : pre] == file, extra
+
+
+def test_infill_answers_the_fields_llama_vim_asks_for(server):
+    fields = ["content", "timings/prompt_n", "timings/predicted_n", "tokens_cached"]
+    status, answer = server.request("POST", "/infill", {"input_prefix": "def add(a, b):\n    return ", "input_suffix": "\n",
+                                                       "n_predict": 4, "response_fields": fields})
+    assert status == 200 and set(answer) == set(fields) and answer["timings/predicted_n"] <= 4, answer
+
+
 def test_warming_the_cache_spares_the_next_autocomplete_its_prefix(server):
     prefix = "".join(f"def helper_{i}(value):\n    return value * {i}\n\n" for i in range(40)) + "def main():\n    "
     status, warm = server.request("POST", "/infill", {"input_prefix": prefix, "input_suffix": "\n", "n_predict": 0})

@@ -3,7 +3,8 @@
 Autocomplete sends the text before and after the cursor (and, for repository-level
 completion, chunks of other files). The prompt is `[extra] <PRE> prefix <SUF>
 suffix <MID>`, with the extra context as `<REP>myproject\\n` and `<SEP>filename\\n`
-chunks where the vocabulary has those tokens. A long prefix keeps its end and a
+chunks where the vocabulary has those tokens; the header and the closing `<SEP>filename\\n` come with or without
+chunks, as llama.cpp's server adds them (a prompt without them completed differently). A long prefix keeps its end and a
 long suffix its start, three to one, within half the context.
 """
 
@@ -39,16 +40,15 @@ def fim_prompt(model: Model, prefix: str, suffix: str, extra: Sequence[tuple[str
     prefix_tokens = _tokens(model, prefix)[-(3 * budget // 4) :] if 3 * budget // 4 else []
     suffix_room = max(0, budget // 4 - 2 - len(prompt_tokens))
     suffix_tokens = _tokens(model, suffix)[:suffix_room]
-    context: list[int] = []
-    if extra:
-        if "rep" in fim:
-            context += [fim["rep"], *_tokens(model, "myproject\n")]
-        for filename, text in extra:
-            if "sep" in fim:
-                context += [fim["sep"], *_tokens(model, f"{filename or 'tmp'}\n")]
-            context += _tokens(model, text)
+    context: list[int] = []  # the repository and file header, with or without other files' chunks, as llama.cpp always adds
+    if "rep" in fim:
+        context += [fim["rep"], *_tokens(model, "myproject\n")]
+    for filename, text in extra:
         if "sep" in fim:
-            context += [fim["sep"], *_tokens(model, "filename\n")]
-        context = context[-(n_ctx // 4) :]  # the extra context yields first: the cursor's own file matters most
+            context += [fim["sep"], *_tokens(model, f"{filename or 'tmp'}\n")]
+        context += _tokens(model, text)
+    if "sep" in fim:
+        context += [fim["sep"], *_tokens(model, "filename\n")]
+    context = context[-(n_ctx // 4) :]  # the extra context yields first: the cursor's own file matters most
     bos = [model.bos] if model.add_bos and model.bos >= 0 else []
     return [*context, *bos, fim["pre"], *prefix_tokens, *prompt_tokens, fim["suf"], *suffix_tokens, fim["mid"]]

@@ -122,26 +122,48 @@ async def _native(state: ServerState, request: Request, body: NativeCompletionRe
     job = state.worker.submit(state.generation_job(label, drafter, build, config, time_limit_ms, warm_only=n_predict == 0))
     start, events = await started(job, request)
     if body.stream:
-        return StreamingResponse(_native_stream(state, start, events, job), media_type="text/event-stream")
+        return StreamingResponse(_native_stream(state, start, events, job, body.response_fields), media_type="text/event-stream")
     text, finished = await collected(events)
-    return _final(state, start, finished, text, job)
+    return picked(_final(state, start, finished, text, job), body.response_fields)
+
+
+def picked(answer: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    """llama.cpp's response_fields: only the fields named, each under its path as a flat key ("timings/prompt_n": 12);
+    a path that leads nowhere is left out. No fields named: the whole answer."""
+    if not fields:
+        return answer
+    out = {}
+    for path in fields:
+        value: Any = answer
+        for key in path.split("/"):
+            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is not _MISSING:
+            out[path] = value
+    return out
+
+
+_MISSING = object()
 
 
 def _final(state: ServerState, start: Started, finished: Finished, content: str, job: Job) -> dict[str, Any]:
     stats = finished.stats
-    return {"content": content, "stop": True, "id_slot": job.slot, "id_task": job.number, "model": state.options.alias,
+    return {"index": 0, "content": content, "stop": True, "id_slot": job.slot, "id_task": job.number, "model": state.options.alias,
             "stop_type": STOP_TYPES[finished.reason],
             "stopping_word": finished.stop_word, "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n, "tokens_cached": stats.cache_n,
             "truncated": False, "timings": timings(stats), "localspec": localspec_stats(stats, state.plain_ms_per_token)}
 
 
-async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], job: Job) -> AsyncIterator[str]:
+async def _native_stream(state: ServerState, start: Started, events: AsyncIterator[Any], job: Job,
+                         fields: list[str]) -> AsyncIterator[str]:
+    predicted = 0
     async for event in events:
         if isinstance(event, JobFailed):
             yield sse_failure(event)
             return
         if isinstance(event, TokenEvent):
-            if event.text:
-                yield sse({"content": event.text, "stop": False, "id_slot": job.slot, "tokens": [event.token] if event.token >= 0 else []})
+            predicted += 1 if event.token >= 0 else 0
+            if event.text:  # llama-server's partial result, key for key
+                yield sse({"index": 0, "content": event.text, "tokens": [event.token] if event.token >= 0 else [], "stop": False,
+                           "id_slot": job.slot, "tokens_predicted": predicted, "tokens_evaluated": start.prompt_n})
             continue
-        yield sse(_final(state, start, event, "", job))
+        yield sse(picked(_final(state, start, event, "", job), fields))

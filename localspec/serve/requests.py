@@ -103,6 +103,7 @@ class NativeCompletionRequest(SamplingFields):
 
     prompt: str | list[int] | list[str] = ""
     n_predict: int = -1
+    response_fields: list[str] = Field(default_factory=list)  # llama.cpp's: only these ("timings/prompt_n"), as flat keys
 
 
 class ExtraChunk(Lenient):
@@ -118,6 +119,7 @@ class InfillRequest(SamplingFields):
     input_extra: list[ExtraChunk] = Field(default_factory=list)
     prompt: str = ""
     n_predict: int = -1
+    response_fields: list[str] = Field(default_factory=list)
     n_indent: int = 0
     t_max_predict_ms: int = 0
 
