@@ -111,6 +111,15 @@ def test_response_fields_and_the_stream_keys_clients_read(server):
     assert [e["tokens_predicted"] for e in partial] == sorted(e["tokens_predicted"] for e in partial) and events[-1]["index"] == 0
 
 
+def test_apply_template_renders_the_prompt_a_chat_would_read_and_embeddings_are_refused(server):
+    messages = [{"role": "user", "content": "hello there"}]
+    status, rendered = server.request("POST", "/apply-template", {"messages": messages})
+    assert status == 200 and rendered["prompt"] == "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n", rendered
+    for path in ("/v1/embeddings", "/embeddings", "/embedding"):
+        status, answer = server.request("POST", path, {"input": "hello", "model": "tiny"})
+        assert status == 501 and "embeddings" in answer["error"]["message"], (path, answer)
+
+
 @pytest.mark.parametrize("path, option, value", [
     ("/v1/chat/completions", "n", 2), ("/v1/chat/completions", "logprobs", True), ("/v1/chat/completions", "top_logprobs", 3),
     ("/v1/completions", "logprobs", 2), ("/v1/completions", "best_of", 3), ("/completion", "n_probs", 5), ("/completion", "return_tokens", True),

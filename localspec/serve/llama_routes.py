@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from localspec import __version__
+from localspec.engine.chat import render_messages
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
 from localspec.engine.model import Model
@@ -16,7 +17,7 @@ from localspec.errors import UsageError
 from localspec.serve.jobs import Started
 from localspec.serve.openai_routes import server
 from localspec.serve.payloads import STOP_TYPES, error_body, localspec_stats, timings
-from localspec.serve.requests import DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest
+from localspec.serve.requests import ChatRequest, DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest
 from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
 from localspec.serve.worker import Job, JobFailed, SlotView
@@ -64,6 +65,24 @@ def _slot_stats(state: ServerState, view: SlotView) -> dict[str, Any]:
             "draft_n": stats.draft_n if stats else 0, "draft_n_accepted": stats.draft_n_accepted if stats else 0,
             "acceptance_rate": stats.acceptance_rate if stats and stats.draft_n else None,
             "acceptance_by_position": stats.acceptance_by_position if stats else []}
+
+
+@router.post("/apply-template")
+async def apply_template(body: ChatRequest, request: Request) -> dict[str, Any]:
+    """llama-server's: the prompt a chat request would become, rendered by the model's template and not generated from."""
+    _, engine = server(request)
+    tools = body.tools if body.tools and body.tool_choice != "none" else None
+    return {"prompt": render_messages(engine.target, [message.as_template_dict() for message in body.messages], tools)}
+
+
+@router.post("/v1/embeddings")
+@router.post("/embeddings")
+@router.post("/embedding")
+async def embeddings() -> JSONResponse:
+    """Not served, and said so with llama-server's status for it (501), not a 404 that reads as a wrong URL."""
+    message = ("This server does not compute embeddings: localspec serves text generation with speculative decoding. "
+               "Point the client's embeddings at a server started for them (llama-server --embeddings).")
+    return JSONResponse(error_body(message, "not_supported_error", 501), status_code=501)
 
 
 @router.post("/tokenize")
