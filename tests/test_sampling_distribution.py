@@ -137,6 +137,24 @@ def test_same_seed_same_output(setup):
     assert first.finished.stats.seed == 123
 
 
+def test_a_seed_gives_plain_samplings_answer_whatever_lookup_drafted(setup):
+    """A lookup token is judged with one draw, as plain sampling draws for that position, so the same seed writes the
+    same answer whether lookup drafted 0, 1 or 3 tokens a step (issue 46: a seed did not repeat with auto)."""
+    engine = setup[0]
+    base = raw_prompt_tokens(engine.target, "tell me something")
+    prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
+    drafted = 0
+    for seed in range(20):
+        answers = []
+        for k in (0, 1, 3):
+            config = GenerationConfig(max_tokens=30, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=k, draft_p_min=0.0)
+            result = run(Decoder(engine.target, NgramDrafter()) if k else engine.plain, prompt, config)
+            answers.append(result.tokens)
+            drafted += result.finished.stats.draft_n
+        assert answers[0] == answers[1] == answers[2], (seed, answers)
+    assert drafted > 0
+
+
 def test_exact_joint_sums_to_one(setup):
     _, _, expected = setup
     assert sum(expected.values()) == pytest.approx(1.0)

@@ -81,10 +81,21 @@ def verify_speculative(
 
     Draft token x ~ q is kept with probability min(1, p(x)/q(x)); on rejection the
     replacement is drawn from normalize(max(0, p - q)).
+
+    A token proposed deterministically (q one-hot at x: lookup, a vetted or tree candidate) is judged as the target
+    samples it, with one draw: y ~ p, kept when y = x, else y is the replacement. That keeps x with probability p(x)
+    and replaces it from normalize(p - p(x)·1_x), the same law as the rule above, but it draws exactly one number for
+    each position it settles, as plain sampling does: with a seed, where only such tokens were drafted, the answer is
+    plain sampling's whatever was drafted.
     """
     for i, token in enumerate(draft):
         p = distribution(rows[i], params)
         q = draft_dists[i]
+        if len(q.ids) == 1:
+            sampled = p.sample(rng)
+            if sampled == token:
+                continue
+            return Verdict(list(draft[:i]), sampled)
         if rng.random() * q.prob(token) < p.prob(token):
             continue
         residual = p.dense(rows.shape[1]) - q.dense(rows.shape[1])
