@@ -155,6 +155,39 @@ def test_a_seed_gives_plain_samplings_answer_whatever_lookup_drafted(setup):
     assert drafted > 0
 
 
+def test_a_seed_gives_plain_samplings_answer_whatever_auto_chose(setup):
+    """auto's choices follow its costs and timing (here: costs that make the draft model win, and costs where it
+    never does), in one sequence and as a slot of the scheduler; its drafts are greedy and judged one draw a position,
+    so the same seed writes plain sampling's answer in every case."""
+    from localspec.engine.batch.scheduler import BatchScheduler
+    from localspec.engine.drafters.auto.controller import AutoDrafter
+    from tests.batch_runs import run_batch
+
+    engine, prompt, _ = setup
+    cheap_draft = CostTable.given({1: 20.0, 2: 20.5, 4: 21.0, 8: 22.0}, 1.0)
+    dear_draft = CostTable.given({1: 20.0, 2: 40.0, 4: 80.0, 8: 160.0}, 30.0)
+    asked = 0
+    for seed in range(10):
+        config = GenerationConfig(max_tokens=30, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=4, draft_p_min=0.0)
+        engine.target.truncate(0)
+        answers = [run(engine.plain, prompt, config).tokens]
+        for costs in (cheap_draft, dear_draft):
+            engine.target.truncate(0)
+            result = run(Decoder(engine.target, AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))), prompt, config)
+            answers.append(result.tokens)
+            asked += sum(n for label, n in result.finished.stats.decisions.items() if label.startswith(("model", "hybrid")))
+        assert all(answer == answers[0] for answer in answers), (seed, answers)
+    assert asked > 0
+    scheduler = BatchScheduler(engine.target, engine.draft, 2, cheap_draft)
+    configs = [GenerationConfig(max_tokens=30, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=4, draft_p_min=0.0) for seed in (3, 4)]
+    batched = run_batch(scheduler, [(prompt, config, "auto") for config in configs])
+    engine.target.clear_cache()  # the scheduler's slots held cells the one-sequence wrapper does not track
+    assert engine.draft is not None
+    engine.draft.clear_cache()
+    for collected, config in zip(batched, configs):
+        assert collected.run.tokens == run(engine.plain, prompt, config).tokens
+
+
 def test_exact_joint_sums_to_one(setup):
     _, _, expected = setup
     assert sum(expected.values()) == pytest.approx(1.0)

@@ -296,9 +296,14 @@ class BatchScheduler:
             slot.belief.looked(option.lookup)
             self.planner.watch_lookup(generation.shadows, option.lookup, slot.belief.confidence.unsure)
             if choice.model_k:
-                lookup_part = Draft.deterministic(option.lookup.tokens[: choice.lookup_k], self._model_sampling(slot)[1])
                 continuation = drafted.get(slot.seq, Draft())
-                draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
+                run = option.lookup.tokens[: choice.lookup_k]
+                if self._model_sampling(slot)[1] is None:  # greedy drafts: one-hot, where the target samples
+                    sampling = generation.request.config.sampling
+                    draft = Draft.deterministic([*run, *continuation.tokens], None if sampling.greedy else sampling)
+                else:
+                    lookup_part = Draft.deterministic(run, self._model_sampling(slot)[1])
+                    draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
             else:
                 sampling = generation.request.config.sampling
                 draft = Draft.deterministic(option.lookup.tokens[: choice.k], None if sampling.greedy else sampling)
@@ -307,11 +312,13 @@ class BatchScheduler:
 
     @staticmethod
     def _model_sampling(slot: Slot) -> tuple[float, SamplingParams | None, np.random.Generator]:
-        """How the draft model drafts for the slot: its p_min; greedily (None) or sampled from q; the slot's rng."""
+        """How the draft model drafts for the slot: its p_min; greedily (None) or sampled from q; the slot's rng. auto's
+        drafts are greedy at T > 0 too, judged one draw a position, so a seed repeats whatever it chose (AutoDrafter)."""
         generation = slot.generation
         assert generation is not None
         config = generation.request.config
-        sampling = None if config.sampling.greedy or config.verification == "sample-match" else config.sampling
+        greedy = config.sampling.greedy or config.verification == "sample-match" or generation.request.drafter == "auto"
+        sampling = None if greedy else config.sampling
         return config.draft_p_min, sampling, generation.rng
 
     def _settle(self, step: _Step, rows: object, draft_ms: float, verify_ms: float) -> None:

@@ -204,12 +204,13 @@ class AutoDrafter(Drafter):
         if self.model is not None and decision.drafter in (self.model.name, HYBRID):
             self.belief.asked(self.model.pending_tokens)
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
-            continuation = self.model.continue_after(run, decision.k - len(run), p_min, sampling, rng)
+            # Greedy at T > 0 too: its tokens are then judged as lookup's are, one draw for each settled position, so a seed
+            # writes plain sampling's answer whatever auto chose (verify_speculative).
+            continuation = self.model.continue_after(run, decision.k - len(run), p_min, None, rng)
             for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its token's choice included
                 self.costs.observe_draft(n_tokens, ms)
             self._model_drafted, self._model_after = len(continuation.tokens), len(run)
-            lookup_part = Draft.deterministic(run, sampling)
-            draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
+            draft = Draft.deterministic([*run, *continuation.tokens], sampling)
         else:
             tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
             draft = Draft.deterministic(tokens, sampling)
