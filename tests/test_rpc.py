@@ -149,13 +149,15 @@ def test_an_asynchronous_backends_passes_are_timed_to_their_end(real_models, ser
     child = subprocess.run([sys.executable, "-c", ASYNC_PASSES, str(target), servers[0]], capture_output=True, text=True, timeout=600)
     assert child.returncode == 0, child.stderr[-2000:]
     seen = json.loads(child.stdout.strip().splitlines()[-1])
-    for n, wall_ns, llama_ns in seen["passes"]:
-        assert llama_ns >= 0.9 * wall_ns, (n, wall_ns, llama_ns)  # the time outside llama.cpp is Python's: microseconds
-    one_token = [wall_ns / 1e6 for n, wall_ns, _ in seen["passes"] if n == 1]
-    assert min(one_token) <= seen["learned"] <= max(one_token), (seen["learned"], one_token)  # learned from those passes
-    assert seen["overhead_ms"] < 0.1 * min(one_token), (seen["overhead_ms"], one_token)
+    # Shares, not durations, each bound far from both sides: timed to llama_decode's return, llama's share of a pass read
+    # 1% here; timed to its end it is all but the microseconds of Python around the call, whatever the machine's load.
+    walls, llamas = (sum(recorded[i] for recorded in seen["passes"]) for i in (1, 2))
+    assert llamas >= 0.5 * walls, (llamas, walls)
+    one_token = sorted(wall_ns / 1e6 for n, wall_ns, _ in seen["passes"] if n == 1)
+    assert one_token[0] <= seen["learned"] <= one_token[-1], (seen["learned"], one_token)  # learned from those passes
+    assert seen["overhead_ms"] < 0.5 * one_token[len(one_token) // 2], (seen["overhead_ms"], one_token)  # was the whole pass
     stats = seen["stats"]
-    assert 0.5 * stats["predicted_ms"] <= stats["t_llama_ms"] <= stats["predicted_ms"], stats  # it read 1% before
+    assert 0.5 * stats["predicted_ms"] <= stats["t_llama_ms"] <= stats["predicted_ms"], stats
 
 
 def test_an_unreachable_or_malformed_address_is_a_clear_error(tiny, rpc_built):

@@ -178,9 +178,10 @@ class BatchScheduler:
             entries += [(token, len(slot.cached) + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
         rows = self.target.decode_sequences(entries)
         target_end = time.perf_counter_ns()
-        for step in steps:  # the drafts' passes and this one are the step's llama time, counted before a slot can finish
+        spent = self._decode_ns() - ns_before  # the drafts' passes and this one: the step's llama time, counted before a slot can finish
+        for step in steps:
             assert step.slot.generation is not None
-            step.slot.generation.llama_ns += self._decode_ns() - ns_before
+            step.slot.generation.llama_ns += spent
         if steps and not chunks:
             self.planner.observe_verify(n_verify, (target_end - draft_end) / 1e6)
 
