@@ -16,14 +16,14 @@ build dies. Where it fails, AMX leaves the CPU backend's list of extra weight bu
 go to the next entry, the repack buffer with its AVX2/AVX-512 kernels. The verdict is kept per llama.cpp build
 (its library files), so only a build's first start pays the child (about a second).
 
-Where the verdict is sound, settling leaves this process as llama.cpp alone would: whether AMX may be on offer is
-read from the build's feature list and the CPU's flags, and only the child asks the CPU backend for its buffers.
-The first `ggml_backend_dev_get_extra_bufts` call sets the AMX buffer type up for the whole process (the kernel's
-permission for the tile data, the binding to the CPU device). llama.cpp makes it inside the load, after asking each
-GPU for its memory (which creates the CUDA context); made here, before the load, it was what a sound AMX build on
-an H200 host did differently when every load died of SIGSEGV in llama_model_load_from_file, and a settle that did
-nothing loaded fine there. (A CPU-only build loads alike either way.) So this process makes the call early only
-where it must: to take an unsound AMX out of the list.
+Where the verdict is sound, settling leaves this process as llama.cpp alone would: it asks nothing of ggml before
+the load. Whether AMX may be on offer is read from the CPU's flags here; the build's feature list and its buffers
+are read by the child. On an H200 host with a sound build, every load died of SIGSEGV in llama_model_load_from_file
+when this process had first asked the CPU backend anything: its extra buffers (`ggml_backend_dev_get_extra_bufts`,
+whose first call sets the AMX buffer type up for the process), and, once that was gone, its feature list
+(`llama_print_system_info`, which initialises the CPU backend). It loaded with either call left out. (A CPU-only
+build loads alike either way; the crash needs the CUDA backend.) So this process calls the backend early only where
+it must: to take an unsound AMX out of the list.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ _PROBE_K, _PROBE_N = 256, 32  # the smallest shape the AMX buffer takes (K a mul
 _PROBE_ROWS = (1, 4)  # one row runs the AVX512-VNNI kernel, more the AMX tiles (the one GCC 12 breaks)
 _PROBE_TOLERANCE = 0.02  # of the largest output: the kernels quantize the input to Q8_0, which costs ~0.5%
 _PROBE_TIMEOUT_S = 120
-_VERDICT_FORMAT = 1
+_VERDICT_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -89,15 +89,16 @@ def settle_amx() -> AmxVerdict:
 def amx_verdict() -> AmxVerdict:
     """The verdict on this build: read from the cache, or probed in a child process (and cached when conclusive).
     It asks nothing of the CPU backend in this process (the module's docstring says why)."""
-    if not _amx_compiled_in() or not _cpu_reports_amx():
+    if not _cpu_reports_amx():
         return _NOT_OFFERED
     store, key = paths.cache_dir() / "amx-verdicts.json", _build_identity()
     builds = _kept_verdicts(store)
     if key in builds:
-        return AmxVerdict(offered=True, sound=bool(builds[key]["sound"]), reason=str(builds[key]["reason"]))
+        seen = builds[key]
+        return AmxVerdict(offered=bool(seen["offered"]), sound=bool(seen["sound"]), reason=str(seen["reason"]))
     verdict, conclusive = _probe_in_child()
     if conclusive:  # a probe that timed out on a busy machine is tried again next start
-        builds[key] = {"sound": verdict.sound, "reason": verdict.reason}
+        builds[key] = {"offered": verdict.offered, "sound": verdict.sound, "reason": verdict.reason}
         json_cache.write_json(store, {"format": _VERDICT_FORMAT, "builds": builds})
     return verdict
 
@@ -107,7 +108,7 @@ def _kept_verdicts(store: Path) -> dict[str, dict]:
     try:
         kept = json.loads(store.read_text(encoding="utf-8"))
         builds = kept["builds"] if kept.get("format") == _VERDICT_FORMAT else {}
-        return {key: seen for key, seen in builds.items() if isinstance(seen, dict) and {"sound", "reason"} <= seen.keys()}
+        return {key: seen for key, seen in builds.items() if isinstance(seen, dict) and {"offered", "sound", "reason"} <= seen.keys()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
 
@@ -126,7 +127,7 @@ def keep_weights_off_amx() -> bool:
 
 
 def _amx_compiled_in() -> bool:
-    """Whether the build's CPU backend has the AMX kernels: its feature list, which sets up no buffer type."""
+    """Whether the build's CPU backend has the AMX kernels: its feature list (in the child only: see the docstring)."""
     features = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
     return "AMX_INT8 = 1" in features and "AVX512_VNNI = 1" in features  # ggml-cpu.cpp offers AMX with both
 
@@ -142,8 +143,9 @@ def _cpu_reports_amx() -> bool:
 
 
 def _probe_in_child() -> tuple[AmxVerdict, bool]:
-    """The verdict, and whether it is conclusive (the child ran to an answer or died of the build's fault). A child
-    that finds no AMX buffer is not kept: the cache is per build, and another machine may run the same build."""
+    """The verdict, and whether it is conclusive (the child ran to an answer or died of the build's fault). A build
+    without the AMX kernels is kept as such; a child that finds them but no AMX buffer is not: the cache is per build,
+    and another machine, whose kernel grants the tile data, may run the same build."""
     code = "from localspec.engine import amx; amx.probe_here()"
     try:
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
@@ -156,7 +158,7 @@ def _probe_in_child() -> tuple[AmxVerdict, bool]:
     try:
         answer = json.loads(child.stdout.strip().splitlines()[-1])
         if answer.get("offered") is False:
-            return _NOT_OFFERED, False
+            return _NOT_OFFERED, answer.get("compiled") is False
         error = float(answer["relative_error"])
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return AmxVerdict(True, False, f"the AMX matmul probe failed (exit {child.returncode}): {child.stderr.strip()[-300:]}"), True
@@ -173,10 +175,13 @@ def probe_here() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     llama_cpp.llama_backend_init()
     llama_cpp.llama_supports_gpu_offload()  # loads dynamically built backends first, as the engine does
+    if not _amx_compiled_in():
+        print(json.dumps({"offered": False, "compiled": False}))
+        return
     lib = _probe_library()
     amx_buffer = _amx_entry()
     if amx_buffer is None:  # compiled in, but not offered here (the kernel refused the tile data, say)
-        print(json.dumps({"offered": False}))
+        print(json.dumps({"offered": False, "compiled": True}))
         return
     rng = np.random.default_rng(0)
     quants = rng.integers(-64, 65, size=(_PROBE_N, _PROBE_K), dtype=np.int8)
