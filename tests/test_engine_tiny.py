@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from localspec.engine import prompt_passes
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
@@ -198,7 +199,7 @@ def test_long_prompt_is_prefilled_in_batches_and_reused(tiny):
         decoded = engine.target.n_decoded
         again = run(engine.speculative, prompt, GenerationConfig(max_tokens=20, draft_max=3))
         assert again.tokens == first.tokens
-        assert engine.target.n_decoded - decoded < 40  # the prompt came from the cache
+        assert engine.target.n_decoded - decoded < 40 + prompt_passes.MIN_PASS + prompt_passes.ALIGN  # the prompt came from the cache
         assert_lossless(run(engine.plain, prompt, GenerationConfig(max_tokens=20)), again)
 
 

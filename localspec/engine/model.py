@@ -19,8 +19,9 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.engine import amx, defaults, device_faults, hardware, llama_log
+from localspec.engine import amx, defaults, device_faults, hardware, llama_log, prompt_passes
 from localspec.engine.errors import EngineError, ModelLoadError
+from localspec.engine.tokens import common_prefix
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_N_BATCH = 512
@@ -135,6 +136,7 @@ class Model:
         self.n_seq = n_seq
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
         self.kv_tokens: list[int] = []
+        self.canonical_n = 0  # leading cells read as prompt in canonical passes: what a later prompt may reuse (prompt_passes)
         self._view_key: tuple[int, int] | None = None  # the logits view's (buffer address, rows): a new context, a new buffer
         self._view = np.empty((0, 0), dtype=np.float32)
         self._branch: list[int] = []  # sequence 1's tokens past the split point, while a tree is being verified
@@ -292,6 +294,7 @@ class Model:
 
     def truncate(self, n_keep: int) -> None:
         """Forget every cached token from position `n_keep` on (the rollback of a rejected draft)."""
+        self.canonical_n = min(self.canonical_n, n_keep)
         if n_keep >= len(self.kv_tokens):
             return
         self.forget(0, n_keep)
@@ -368,6 +371,7 @@ class Model:
         """Every sequence's cells gone: the multi-sequence scheduler starts from an empty cache."""
         llama_cpp.llama_memory_clear(self._memory, True)
         self.kv_tokens = []
+        self.canonical_n = 0
 
     def cells_held(self, seq: int) -> int:
         """Positions sequence `seq` holds in the cache (its highest position + 1): a leak check for the scheduler's tests."""
@@ -420,32 +424,38 @@ class Model:
         return f"{self.role} model: decoding failed ({errors}). See {llama_log.log_file_path()}."
 
     def keep_cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Cut the cache back to its longest prefix shared with `tokens` (an earlier turn, say); how many tokens stay."""
-        keep = 0
-        limit = min(len(tokens), len(self.kv_tokens))
-        while keep < limit and tokens[keep] == self.kv_tokens[keep]:
-            keep += 1
+        """Cut the cache back to its longest prefix shared with `tokens`, however it was read (a draft's cells change
+        only how fast the answer comes, not what it says); how many tokens stay."""
+        keep = common_prefix(list(tokens), self.kv_tokens)
         self.truncate(keep)
         return keep
 
     def prefill(self, tokens: Sequence[int]) -> int:
-        """Make the cache hold exactly `tokens`, reusing the longest prefix already cached; how many were reused."""
-        keep = self.keep_cached_prefix(tokens)
+        """Make the cache hold exactly `tokens`, read as a prompt (prompt_passes); how many cached cells were reused."""
+        keep = self._keep_reusable(tokens, len(tokens))
         self._read(tokens, keep, last_logits=False)
         return keep
 
     def read_prompt(self, prompt: Sequence[int]) -> tuple[int, np.ndarray]:
-        """prefill, but the last token is always read again, for its logits (one row: what the first answer token is
-        judged on); how many tokens were reused, and that row."""
-        keep = self.keep_cached_prefix(prompt[:-1])
+        """prefill, and the last token's row (what the first answer token is judged on). Its cells and that row are
+        bit-identical whatever the cache held (prompt_passes): how many tokens were reused, and the row."""
+        keep = self._keep_reusable(prompt[:-1], len(prompt))
         rows = self._read(prompt, keep, last_logits=True)
-        assert rows is not None  # keep < len(prompt): the last chunk was decoded
+        assert rows is not None  # keep < len(prompt): the last pass was decoded
         return keep, rows
 
+    def _keep_reusable(self, tokens: Sequence[int], n_prompt: int) -> int:
+        keep = prompt_passes.reusable_prefix(common_prefix(list(tokens), self.kv_tokens), self.canonical_n, n_prompt)
+        self.truncate(keep)
+        return keep
+
     def _read(self, tokens: Sequence[int], start: int, last_logits: bool) -> np.ndarray | None:
-        """Decode tokens[start:] in batches of n_batch; the last token's logits when asked."""
-        rows = None
-        for begin in range(start, len(tokens), self.n_batch):
-            chunk = tokens[begin : begin + self.n_batch]
-            rows = self.decode(chunk, outputs=int(last_logits and begin + len(chunk) == len(tokens)))
+        """Decode tokens[start:] in the passes prompt_passes cuts; the last token's logits when asked."""
+        rows, begin = None, start
+        while begin < len(tokens):
+            stop = prompt_passes.next_pass_end(begin, len(tokens), self.n_batch)
+            rows = self.decode(tokens[begin:stop], outputs=int(last_logits and stop == len(tokens)))
+            if self.canonical_n == begin and prompt_passes.is_canonical(begin, stop, len(tokens)):
+                self.canonical_n = stop
+            begin = stop
         return rows

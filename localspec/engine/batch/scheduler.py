@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.engine import prompt_passes
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.batch.prefill import prefill_budget
@@ -104,7 +105,7 @@ class BatchScheduler:
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
         slot = self._slot_for(free, prompt[:-1])
-        keep = self._take_prefix(slot, prompt[:-1])
+        keep = self._take_prefix(slot, prompt)
         if self.drafting is not None and request.drafter == "model":
             self.drafting.sync(slot, prompt[:-1])
         rng, seed = make_rng(request.config.sampling.seed)
@@ -156,15 +157,18 @@ class BatchScheduler:
         choices = self.planner.plan(options)
         n_verify = sum(choice.k + 1 for choice in choices)
         n_batch = self.target.n_batch
-        budget = prefill_budget(self.planner.costs, n_verify, self.planner.step_ms(choices, options), n_batch) if generating else n_batch
         chunks = []
-        for slot in reading:
-            if budget <= 0:
-                break
-            remaining = slot.generation.prompt[len(slot.cached) :]
-            chunk = remaining[:budget]
-            chunks.append((slot, chunk))
-            budget -= len(chunk)
+        if generating:
+            budget = prefill_budget(self.planner.costs, n_verify, self.planner.step_ms(choices, options), n_batch)
+            for slot in reading:
+                if budget <= 0:
+                    break
+                chunk = slot.generation.prompt[len(slot.cached) : len(slot.cached) + budget]
+                chunks.append((slot, chunk))
+                budget -= len(chunk)
+        elif reading:  # a prompt alone in its pass, cut as prompt_passes says: its cells come out as a fresh read's
+            slot, prompt = reading[0], reading[0].generation.prompt
+            chunks.append((slot, prompt[len(slot.cached) : prompt_passes.next_pass_end(len(slot.cached), len(prompt), n_batch)]))
         steps = self._drafts(generating, options, choices)
         draft_end = time.perf_counter_ns()
 
@@ -192,6 +196,9 @@ class BatchScheduler:
             self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6, (target_end - draft_end) / 1e6)
             offset += n
         for slot, chunk in chunks:
+            start, n_prompt = len(slot.cached), len(slot.generation.prompt)
+            if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk), n_prompt):
+                slot.canonical = start + len(chunk)
             slot.cached.extend(chunk)
         if self.drafting is not None:
             # The draft model reads along for `model` slots only: auto may never pick it, and prices the catch-up when it does.
@@ -242,17 +249,23 @@ class BatchScheduler:
         pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
         return SlotOptions(generation.request.drafter, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
 
-    def _take_prefix(self, slot: Slot, tokens: list[int]) -> int:
-        """Make the slot's caches hold the longest prefix of `tokens` that any slot holds, busy or not: its own, or another's
-        cells, which it then shares (a unified cache tags a cell with both sequences: nothing is copied or computed). An
-        autocomplete request that comes while the one before it still runs (its client left, or it is writing its last
-        tokens) finds that one's file this way instead of reading it again. How many tokens the target's cache holds."""
-        donor = max(self.slots, key=lambda other: other.shared_prefix(tokens))
-        own, lent = slot.shared_prefix(tokens), donor.shared_prefix(tokens)  # lent > own: the donor is another slot
+    def _take_prefix(self, slot: Slot, prompt: list[int]) -> int:
+        """Make the slot's caches hold the longest reusable prefix of the prompt (prompt_passes) that any slot holds,
+        busy or not: its own, or another's cells, which it then shares (a unified cache tags a cell with both sequences:
+        nothing is copied or computed). An autocomplete request that comes while the one before it still runs (its
+        client left, or it is writing its last tokens) finds that one's file this way instead of reading it again. How
+        many tokens the target's cache holds."""
+        tokens = prompt[:-1]
+
+        def reusable(other: Slot) -> int:
+            return prompt_passes.reusable_prefix(other.shared_prefix(tokens), other.canonical, len(prompt))
+
+        donor = max(self.slots, key=reusable)
+        own, lent = reusable(slot), reusable(donor)  # lent > own: the donor is another slot
         if lent > own:
             self.target.forget(slot.seq)
             self.target.share_cells(donor.seq, slot.seq, lent)
-            slot.cached = donor.cached[:lent]
+            slot.cached, slot.canonical = donor.cached[:lent], lent
         else:
             self._cut(slot, own)
         if self.drafting is not None:
@@ -265,6 +278,7 @@ class BatchScheduler:
 
     def _cut(self, slot: Slot, keep: int) -> None:
         """The slot's target cells past its first `keep` tokens go."""
+        slot.canonical = min(slot.canonical, keep)
         if keep < len(slot.cached):
             self.target.forget(slot.seq, keep)
             del slot.cached[keep:]
@@ -377,7 +391,7 @@ class BatchScheduler:
 
     def _free(self, slot: Slot) -> None:
         self.target.forget(slot.seq)
-        slot.cached = []
+        slot.cached, slot.canonical = [], 0
         if self.drafting is not None:
             self.drafting.model.forget(slot.seq)
             slot.draft_cached = []

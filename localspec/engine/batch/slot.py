@@ -56,6 +56,7 @@ class Slot:
 
     seq: int
     cached: list[int] = field(default_factory=list)  # the target's cells for this sequence, in position order
+    canonical: int = 0  # of those, the leading ones read as prompt in canonical passes: what a later prompt may reuse
     draft_cached: list[int] = field(default_factory=list)
     generation: Generation | None = None
     last: int = -1  # the settled token not yet in the target's cache: the next verify batch starts with it
