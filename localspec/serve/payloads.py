@@ -58,7 +58,7 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
 
 
 def localspec_stats(stats: GenerationStats, plain_ms_per_token: float) -> dict[str, Any]:
-    """Everything else the engine measured, and the speedup over plain decoding timed at load (as the app shows it)."""
+    """Everything else the engine measured, and the speedup over plain decoding as it runs now (session/plain_rate.py)."""
     plain_rate = 1000.0 / plain_ms_per_token if plain_ms_per_token else 0.0
     return {
         "drafter": stats.drafter, "draft_max": stats.draft_max, "seed": stats.seed,

@@ -24,6 +24,7 @@ from localspec.serve.metrics import Metrics
 from localspec.serve.options import ServeOptions
 from localspec.serve.requests import SamplingFields
 from localspec.serve.worker import GenerationWorker, Worker
+from localspec.session.plain_rate import updated_plain_ms
 
 
 @dataclass
@@ -32,7 +33,7 @@ class ServerState:
     worker: Worker = field(default_factory=GenerationWorker)
     metrics: Metrics = field(default_factory=Metrics)
     engine: Engine | None = None  # None while loading
-    plain_ms_per_token: float = 0.0
+    plain_ms_per_token: float = 0.0  # timed at load, then kept current by every answer (session/plain_rate.py)
     load_error: str | None = None
     slot_totals: dict[int, GenerationStats] = field(default_factory=dict)  # each slot's requests summed, for /slots
 
@@ -84,6 +85,7 @@ class ServerState:
     def finish(self, route: str, finished: Finished, task: int, slot: int = 0) -> None:
         """A generation ended: count it, and say it on the terminal (`task`: its arrival number)."""
         self.metrics.record(finished.stats)
+        self.plain_ms_per_token = updated_plain_ms(self.plain_ms_per_token, finished.stats)
         earlier = self.slot_totals.get(slot)
         self.slot_totals[slot] = GenerationStats.total([earlier, finished.stats] if earlier else [finished.stats])
         self.slot_totals[slot].drafter = finished.stats.drafter
