@@ -21,8 +21,9 @@ import numpy as np
 
 from localspec.engine import defaults
 from localspec.engine.drafters.base import Draft, Drafter, NoDrafter
-from localspec.engine.errors import PromptTooLongError
+from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
+from localspec.engine.grammar import Grammar
 from localspec.engine.model import Model
 from localspec.engine.sampling import SamplingParams, distribution, make_rng
 from localspec.engine.stats import GenerationStats
@@ -41,6 +42,7 @@ class GenerationConfig:
     verification: Verification = "speculative"  # at temperature > 0; temperature 0 is always greedy
     stop: tuple[str, ...] = ()
     record_margins: bool = False  # evidence for lossless tests; costs a partition per row
+    grammar: Grammar | None = None  # what the answer may say (JSON mode): one answer's state, so one config per request
 
 
 class Decoder:
@@ -189,7 +191,18 @@ def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.nd
 
 
 def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.random.Generator) -> Verdict:
-    """The target's verdict on a draft from its verify rows: greedy at temperature 0, else the configured rule."""
+    """The target's verdict on a draft from its verify rows: greedy at temperature 0, else the configured rule; under a
+    grammar, the constrained target's (engine/grammar.py)."""
+    if config.grammar is None:
+        return _judge(draft, rows, config, rng)
+    if draft.fork is not None:
+        raise EngineError("A tree draft cannot be verified under a grammar; use another drafter.")
+    verdict = _judge(draft, config.grammar.mask(rows, draft.tokens), config, rng)
+    config.grammar.accept([*verdict.accepted, verdict.token])
+    return verdict
+
+
+def _judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.random.Generator) -> Verdict:
     greedy = config.sampling.greedy
     if draft.fork is not None:
         # Each branch's tokens are deterministic candidates: the target's own choice (argmax, or its sample from p) picks the path.

@@ -21,6 +21,7 @@ import numpy as np
 
 from localspec.engine import amx, defaults, device_faults, hardware, llama_log, prompt_passes
 from localspec.engine.errors import EngineError, ModelLoadError
+from localspec.engine.grammar import Grammar
 from localspec.engine.tokens import common_prefix
 
 GGUF_MAGIC = b"GGUF"
@@ -422,6 +423,10 @@ class Model:
             )
         errors = "; ".join(llama_log.take_recent_errors()) or f"llama_decode returned {rc}"
         return f"{self.role} model: decoding failed ({errors}). See {llama_log.log_file_path()}."
+
+    def grammar(self, gbnf: str) -> Grammar:
+        """A fresh answer's grammar state over this model's vocabulary (engine/grammar.py)."""
+        return Grammar(self._vocab, self.n_vocab, gbnf)
 
     def keep_cached_prefix(self, tokens: Sequence[int]) -> int:
         """Cut the cache back to its longest prefix shared with `tokens`, however it was read (a draft's cells change

@@ -34,6 +34,9 @@ class SamplingFields(Lenient):
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
+    response_format: Any = None  # OpenAI's; checked by serve/response_format.py, which says what is wrong
+    json_schema: Any = None  # llama-server's
+    grammar: Any = None  # llama-server's GBNF
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
