@@ -250,6 +250,13 @@ async def test_small_terminal_help_models_settings(setup: Setup, tiny):
 
         await pilot.press("f3")
         await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        await pilot.pause()
+        fields = list(app.screen.query(".field"))
+        assert fields
+        for field in fields:  # each label beside its input, and the input wide enough to read and type in
+            label, control = field.children[0], field.children[1]
+            assert label.outer_size.width == 20 and control.size.width >= 20, (label, label.outer_size, control, control.size)
+            assert control.region.x >= label.region.right and control.region.y == label.region.y
         app.screen.query_one("#draft_max").value = "2"
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
