@@ -119,12 +119,16 @@ def test_options_are_checked_before_anything_loads(tmp_path):
         ("--ctx-size", "0"): "--ctx-size 0 is out of range", ("--draft-max", "99"): "--draft-max 99 is out of range",
         ("--seed", "-1"): "--seed -1 is out of range", ("--temperature", "-2"): "--temperature: temperature must be 0",
         ("--prompt", "caf\udcff"): "--prompt is not valid UTF-8 text (byte 0xff at character 4)",
+        ("--temperature", "nan"): "--temperature: temperature must be 0 (greedy) or a positive number, not nan",
+        ("--temperature", "inf"): "--temperature: temperature must be 0 (greedy) or a positive number, not inf",
     }
     for (option, value), expected in cases.items():
         prompt = [] if option == "--prompt" else ["--prompt", "hi"]
         result = cli("generate", "--target", missing, *prompt, option, value)
         assert (result.returncode, "Traceback" in result.stderr) == (2, False), (option, result.stderr)
         assert expected in result.stderr and "never-loaded" not in result.stderr, (option, result.stderr)
+    empty = cli("generate", "--target", missing, "--prompt", "", "--raw")  # issue 47: a ValueError after the load
+    assert empty.returncode == 2 and "--prompt is empty" in empty.stderr and "Traceback" not in empty.stderr, empty.stderr
     tree = cli("generate", "--target", missing, "--prompt", "hi", "--drafter", "tree")  # no draft given
     assert tree.returncode == 2 and "--drafter tree needs a draft model" in tree.stderr
     rounds = cli("bench", "--target", missing, "--rounds", "0")

@@ -8,6 +8,7 @@ SamplingParams.validate), so the command line and the app agree.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -85,5 +86,7 @@ def check_args(args: argparse.Namespace) -> None:
             SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed).validate()
         except SamplingSettingsError as exc:
             raise UsageError(f"--{exc.setting}: {exc}.") from None
-    elif getattr(args, "temperature", 0.0) < 0:
-        raise UsageError(f"--temperature {args.temperature} is out of range: it takes 0 (greedy) or more.")
+    elif not 0 <= getattr(args, "temperature", 0.0) < math.inf:  # nan fails every comparison
+        raise UsageError(f"--temperature {args.temperature} is out of range: it takes 0 (greedy) or a positive number.")
+    if getattr(args, "raw", False) and getattr(args, "prompt", None) == "":
+        raise UsageError("--prompt is empty: with --raw the prompt is the whole input, so give it some text.")

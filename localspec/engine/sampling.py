@@ -31,8 +31,8 @@ class SamplingParams:
         return self.temperature <= 0.0
 
     def validate(self) -> None:
-        if self.temperature < 0:
-            raise SamplingSettingsError(f"temperature must be 0 (greedy) or positive, not {self.temperature}", "temperature")
+        if not 0 <= self.temperature < math.inf:  # nan fails every comparison
+            raise SamplingSettingsError(f"temperature must be 0 (greedy) or a positive number, not {self.temperature}", "temperature")
         if not 0.0 < self.top_p <= 1.0:
             raise SamplingSettingsError(f"top-p must be above 0 and at most 1, not {self.top_p}", "top-p")
         if not 0.0 <= self.min_p < 1.0:
