@@ -114,6 +114,25 @@ def test_one_bad_setting_costs_only_itself(tmp_path):
     assert json.loads(path.read_text())["temperature"] == -5  # the file is not touched until the next save
 
 
+def test_a_setting_of_the_wrong_type_costs_only_itself_and_is_said_in_jsons_words(tmp_path):
+    """Issue 47: threads 1.5 crashed the app at every start (it was saved back); seed true and last_pair 42 were kept."""
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"threads": 1.5, "seed": True, "last_pair": 42, "max_tokens": "lots", "tint_accepted": "yes",
+                                "temperature": 0.5, "draft_max": None}))
+    settings, note = load_settings(path)
+    assert (settings.threads, settings.seed, settings.last_pair, settings.max_tokens) == (None, None, None, Settings().max_tokens)
+    assert (settings.temperature, settings.draft_max, settings.tint_accepted) == (0.5, None, False)
+    assert note is not None
+    for said in ("threads = 1.5 (threads must be a whole number or null, not 1.5)", "seed = true", "last_pair = 42 (last pair must be text",
+                 'max_tokens = "lots" (max tokens must be a whole number, not "lots")', 'tint_accepted = "yes" (tint accepted must be true or false'):
+        assert said in note, note
+    assert "not supported between" not in note and "interpreted as an integer" not in note
+    save_settings(settings, path)
+    assert json.loads(path.read_text())["threads"] is None  # never written back
+    with pytest.raises(SettingsError, match="threads must be a whole number or null, not 1.5"):
+        Settings().with_changes(threads=1.5)
+
+
 def test_settings_that_are_not_json_are_kept_beside_the_file(tmp_path):
     path = tmp_path / "settings.json"
     path.write_text('{"last_pair": "my-pair",')

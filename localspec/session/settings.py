@@ -48,6 +48,8 @@ class Settings:
     tint_accepted: bool = False  # Markdown by default; Ctrl+T shows the provenance tint
 
     def validate(self) -> Settings:
+        for field in fields(self):
+            _check_type(field.name, str(field.type), getattr(self, field.name))
         checks = [
             (self.drafter in registry.DRAFTERS, f"drafter must be one of {', '.join(registry.DRAFTERS)}"),
             (self.draft_max is None or 0 <= self.draft_max <= defaults.DRAFT_MAX_LIMIT, f"draft-max must be 0 to {defaults.DRAFT_MAX_LIMIT}"),
@@ -84,6 +86,26 @@ class Settings:
         return {k: v for k, v in asdict(self).items() if k not in ("last_pair", "tint_accepted")}
 
 
+# What each annotation takes, in the words a settings file's reader knows (JSON's, not Python's).
+_KINDS = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "str": (lambda v: isinstance(v, str), "text"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def _check_type(name: str, annotation: str, value: Any) -> None:
+    """A SettingsError for a value of the wrong JSON type (threads 1.5, seed true, last_pair 42), before any rule
+    compares it: a wrong type once crashed the app at start and was saved back, so that every start crashed."""
+    kind, _, optional = annotation.partition(" | ")
+    holds, words = _KINDS[kind]
+    if (optional and value is None) or holds(value):
+        return
+    raise SettingsError(f"Invalid setting: {name.replace('_', ' ')} must be {words}{' or null' if optional else ''}, "
+                        f"not {json.dumps(value)}.")
+
+
 def settings_path() -> Path:
     return paths.config_dir() / "settings.json"
 
@@ -115,7 +137,7 @@ def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
             continue  # a setting of another localspec version: ignored, and dropped at the next save
         try:
             settings = settings.with_changes(**{name: value})
-        except (SettingsError, TypeError) as exc:
+        except SettingsError as exc:
             bad.append(f"{name} = {json.dumps(value)} ({str(exc).removeprefix('Invalid setting: ').rstrip('.')})")
     if not bad:
         return settings, None
