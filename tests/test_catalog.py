@@ -172,3 +172,28 @@ def test_one_rule_reads_a_model_the_user_typed(tmp_path):
     assert model_ref("~/m.gguf") == ModelRef(path=Path("~/m.gguf").expanduser())
     for neither in ("owner/model.gguf", "a//b.gguf", "owner/repo/notes.txt", ""):
         assert model_ref(neither) is None and hub_file_ref(neither) is None
+
+
+def test_the_add_pair_form_says_what_to_change_and_leaves_the_file_alone(tmp_path, tiny):
+    """Issue 47: a folder that cannot be written crashed the app; a missing file was saved as a pair; an invalid id was
+    reported against a models.toml line the user never typed."""
+    from localspec.catalog.user_pairs import add_user_pair
+
+    catalog = tmp_path / "models.toml"
+    target, draft = str(tiny["target"]), str(tiny["near"])
+    add_user_pair(catalog, "mine", "Mine", target, draft)
+    before = catalog.read_text()
+    cases = {
+        ("My Pair", target, draft): "The id 'My Pair' is not usable: give a short name of lowercase letters",
+        ("mine", target, draft): "A pair named 'mine' is already in",
+        ("other", str(tmp_path / "missing.gguf"), draft): "is not a file here: check the path",
+    }
+    for (pair_id, target_spec, draft_spec), says in cases.items():
+        with pytest.raises(CatalogError) as raised:
+            add_user_pair(catalog, pair_id, "", target_spec, draft_spec)
+        assert says in str(raised.value) and "line" not in str(raised.value), str(raised.value)
+    assert catalog.read_text() == before
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(CatalogError, match="could not be saved to .*Nothing was changed"):
+        add_user_pair(blocked / "models.toml", "mine", "", target, draft)

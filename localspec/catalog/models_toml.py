@@ -93,6 +93,11 @@ def hub_file_ref(text: str) -> ModelRef | None:
     return ModelRef(repo="/".join(parts[:2]), file="/".join(parts[2:]))
 
 
+def pair_id_problem(pair_id: str) -> str | None:
+    """What is wrong with a pair id the user typed, in the words models.toml's own check uses; None where it is usable."""
+    return None if _ID.match(pair_id) else f"The id {pair_id!r} is not usable: give {_PAIR_FIELDS['id']}."
+
+
 def model_ref(text: str) -> ModelRef | None:
     """What the user typed for a model: a local path (one that exists, or is written as a path: absolute, ./ or ~),
     else OWNER/REPO/FILE.gguf on the hub; None if it is neither. The command line and the app's form share this rule."""
