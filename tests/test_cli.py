@@ -152,3 +152,18 @@ def test_doctor_shows_the_caches_and_clean_asks_then_removes_only_them(tmp_path)
     assert cleaned.returncode == 0 and "removed self-drafts (5.0 KB)" in cleaned.stdout
     assert not (cache / "self-drafts").exists() and not (cache / "costs").exists() and (cache / "test-models" / "keep.gguf").exists()
     assert "Nothing to clean" in cli("clean", env=env).stdout
+
+
+def test_a_cut_gguf_a_zero_layer_draft_and_a_url_that_is_not_one_get_a_sentence_not_a_traceback(tmp_path, tiny):
+    """Issue 47: make-draft on a truncated GGUF and bench-serve notaurl ended in tracebacks; --layers 0 came after the load."""
+    data = tiny["target"].read_bytes()
+    for name, cut in (("header-cut.gguf", 2000), ("weights-cut.gguf", len(data) // 2)):
+        (tmp_path / name).write_bytes(data[:cut])
+        result = cli("make-draft", "--layers", "1", str(tmp_path / name), str(tmp_path / f"{name}.draft.gguf"))
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "is not a whole GGUF file" in result.stderr and "Download it again" in result.stderr
+        assert not list(tmp_path.glob(f"{name}.draft.gguf*"))
+    zero = cli("make-draft", "--layers", "0", str(tmp_path / "never-read.gguf"), str(tmp_path / "out.gguf"))
+    assert zero.returncode == 2 and "--layers 0 is out of range" in zero.stderr
+    url = cli("bench-serve", "notaurl")
+    assert url.returncode == 2 and "takes a running server's URL, such as http://127.0.0.1:8080" in url.stderr and "Traceback" not in url.stderr

@@ -134,6 +134,8 @@ def parse_clients(text: str) -> list[int]:
 
 
 def run_bench_serve(args: argparse.Namespace) -> int:
+    if not args.url.startswith(("http://", "https://")):
+        raise UsageError(f"bench-serve takes a running server's URL, such as http://127.0.0.1:8080, not {args.url!r}.")
     prompts = select_prompts(load_prompts(args.prompts), args.only)
     counts = parse_clients(args.clients)
     try:

@@ -40,6 +40,7 @@ RULES = (
     Rule("--draft-p-min", _optional(lambda v: 0.0 <= v <= 1.0), "a probability from 0 to 1"),
     Rule("--seed", _optional(lambda v: 0 <= v < 2**63), "a whole number, 0 or more"),
     Rule("--self-layers", _optional(lambda v: v >= 1), "a whole number of blocks, 1 or more"),
+    Rule("--layers", lambda v: v >= 1, "a whole number of blocks, 1 or more (fewer than the target has)"),
     Rule("--target-gpu-layers", _optional(lambda v: v >= -1), "a whole number of layers, or -1 for all"),
     Rule("--draft-gpu-layers", _optional(lambda v: v >= -1), "a whole number of layers, or -1 for all"),
     Rule("--rounds", lambda v: v >= 1, "a whole number, 1 or more"),

@@ -42,10 +42,24 @@ def _block_count(reader: gguf.GGUFReader) -> tuple[str, str, int]:
     return arch, key, int(reader.fields[key].contents()) if key in reader.fields else 0
 
 
+def _read_whole(target: Path) -> gguf.GGUFReader:
+    """The target's reader, once its header and every tensor's bytes are known to be in the file: a download cut short
+    made gguf's reader fail with a numpy ValueError, or left the draft to fail half-written."""
+    damaged = (f"{target} is not a whole GGUF file (it is {target.stat().st_size:,} bytes: a download cut short, or a damaged "
+               "copy). Download it again.")
+    try:
+        reader = gguf.GGUFReader(target)
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError):  # gguf's reader ran past the end
+        raise EngineError(damaged) from None
+    if any(tensor.data_offset + tensor.n_bytes > target.stat().st_size for tensor in reader.tensors):
+        raise EngineError(damaged)
+    return reader
+
+
 def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
     """Write `out`: the target's metadata with block_count = n_layers, its first n_layers blocks, and the rest (embeddings, head)."""
     check_gguf_file(target)
-    reader = gguf.GGUFReader(target)
+    reader = _read_whole(target)
     arch, block_count_key, total = _block_count(reader)
     if not total:
         raise EngineError(f"{target.name} has no {block_count_key}: it is not a layered language model, so no draft can be cut from it.")
