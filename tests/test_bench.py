@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -32,12 +33,17 @@ def bench(tmp_path, tiny, *args: str, charts: bool = True) -> subprocess.Complet
 
 def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     out = tmp_path / "bench.json"
-    result = bench(tmp_path, tiny, "--draft-max", "2,4", "--margins", "--json", str(out), "--llama-cpp-bin", str(tmp_path))
+    tools = tmp_path / "broken-tools"
+    tools.mkdir()
+    for name in ("llama-bench", "llama-speculative-simple"):  # tools that are there but fail
+        (tools / name).write_text("#!/bin/sh\necho 'no GGUF for you' >&2\nexit 1\n")
+        (tools / name).chmod(0o755)
+    result = bench(tmp_path, tiny, "--draft-max", "2,4", "--margins", "--json", str(out), "--llama-cpp-bin", str(tools))
     assert result.returncode == 0, result.stderr
     for section in ("Per prompt", "Overall", "By category", "auto's decisions", "auto's slowest prompt"):
         assert section in result.stdout
-    # No llama.cpp tools in that directory: our measurements stand, and the report says why the comparison is missing.
-    assert f"llama.cpp comparison skipped: {tmp_path / 'llama-bench'} not found" in result.stdout
+    # llama.cpp's tools failed: our measurements stand, and the report says why the comparison is missing.
+    assert "llama.cpp comparison skipped: llama-bench failed: no GGUF for you" in result.stdout
     data = json.loads(out.read_text())
     device = data["machine"]["device"]  # the device it ran on, and the layers llama.cpp put on the GPU
     assert device["backend"] and device["physical_cores"] >= 1 and [o["role"] for o in device["offloaded"]] == ["target", "draft"]
@@ -211,3 +217,45 @@ def test_each_bench_measurement_is_a_session_of_its_own(tmp_path, tiny):
     assert first["tokens"] == second["tokens"] and first["stats"]["draft_n"] == second["stats"]["draft_n"]
     first, second = runs[f"auto K≤{AUTO_DRAFT_MAX}"]
     assert first["tokens"] == second["tokens"]
+
+
+def test_outputs_and_llama_cpp_tools_are_checked_before_the_pair_loads(tmp_path, tiny):
+    """Issue 47: a folder given to --json lost 259 s of results at the end; --llama-cpp-bin /nonexistent was found out
+    after the load."""
+    (tmp_path / "a-file").write_text("")
+    cases = {
+        ("--json", str(tmp_path)): f"--json {tmp_path} is a folder: give a file name",
+        ("--json", str(tmp_path / "no" / "such" / "bench.json")): "does not exist. Create it first",
+        ("--charts", str(tmp_path / "a-file")): "is a file: --charts takes a folder",
+        ("--llama-cpp-bin", str(tmp_path / "nonexistent")): "not found: --llama-cpp-bin must be a llama.cpp build's bin directory",
+    }
+    for args, says in cases.items():
+        result = bench(tmp_path, tiny, *args, charts=False)
+        assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+        assert "loading the pair" not in result.stderr
+
+
+def test_ctrl_c_keeps_the_prompts_that_finished(tmp_path, tiny):
+    """Issue 47: Ctrl-C during a bench printed nothing and dropped every finished measurement."""
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]), "--max-tokens", "24",
+         "--drafters", "model", "--draft-max", "2", "--rounds", "1000", "--json", str(out)],  # far longer than the wait for the signal
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    assert process.stderr is not None
+    n_modes = 3  # plain, model K=2, auto
+    seen = ""
+    while f"[{2 * n_modes + 1}/" not in seen:  # two prompts finished, the third under way
+        line = process.stderr.readline()
+        assert line, f"bench ended early: {seen}"
+        seen += line
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, seen + stderr
+    assert "Traceback" not in stderr and "interrupted (Ctrl-C)" in stderr and "Overall" in stdout
+    data = json.loads(out.read_text())
+    assert len(data["modes"]) == n_modes and data["interrupted"]
+    assert len(data["prompts"]) >= 2
+    for prompt in data["prompts"]:  # each prompt kept has every mode measured, the report's basis
+        assert {m["mode"] for m in data["measurements"] if m["prompt"] == prompt["id"]} == {m["label"] for m in data["modes"]}

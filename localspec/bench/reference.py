@@ -30,7 +30,7 @@ class ReferenceRun:
     n_accept: int
 
 
-def _tool(bin_dir: Path, name: str) -> Path:
+def tool(bin_dir: Path, name: str) -> Path:
     path = bin_dir / name
     if not path.exists():
         raise EngineError(f"{path} not found: --llama-cpp-bin must be a llama.cpp build's bin directory containing {name}.")
@@ -44,7 +44,7 @@ def llama_bench_tg(bin_dir: Path, target: Path, threads: int, n_gen: int = 64, d
     after a chat prompt is slower than llama-bench's default empty context.
     """
     command = [
-        str(_tool(bin_dir, "llama-bench")), "-m", str(target), "-p", "0", "-n", str(n_gen), "-d", str(depth),
+        str(tool(bin_dir, "llama-bench")), "-m", str(target), "-p", "0", "-n", str(n_gen), "-d", str(depth),
         "-t", str(threads), "-o", "json",
     ]
     result = subprocess.run(command, capture_output=True, text=True, errors="replace", check=False)
@@ -66,7 +66,7 @@ def speculative_simple(
         f.write(prompt_text)
         prompt_file = f.name
     command = [
-        str(_tool(bin_dir, "llama-speculative-simple")), "-m", str(target), "-md", str(draft), "-f", prompt_file,
+        str(tool(bin_dir, "llama-speculative-simple")), "-m", str(target), "-md", str(draft), "-f", prompt_file,
         "-n", str(max_tokens), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads), "--temp", "0",
         "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(p_min),
     ]

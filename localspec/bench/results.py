@@ -89,3 +89,16 @@ class BenchResult:
     ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
     verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
     rounds: int = 1
+    interrupted: bool = False  # Ctrl-C: only the prompts that finished every mode are kept
+
+    def keep_finished_prompts(self) -> None:
+        """After an interruption: drop the measurements of a prompt that did not finish every mode of its round (a
+        report compares each mode with plain on the same prompts), and say so."""
+        self.interrupted = True
+        done = {m.prompt_id for m in self.measurements}
+        finished = [p for p in self.prompts if p.id in done and
+                    all(sum(m.prompt_id == p.id and m.mode == mode for m in self.measurements) >= 1 for mode in self.modes)]
+        ids = {p.id for p in finished}
+        self.prompts = finished
+        self.measurements = [m for m in self.measurements if m.prompt_id in ids]
+        self.ceilings = {key: value for key, value in self.ceilings.items() if key in ids}

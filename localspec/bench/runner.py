@@ -11,7 +11,6 @@ import argparse
 import json
 import platform
 from collections.abc import Callable
-from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import TypeVar
@@ -19,7 +18,7 @@ from typing import TypeVar
 from localspec import __version__
 from localspec.bench import reference
 from localspec.bench.ceiling import lookup_ceiling
-from localspec.bench.charts import save_charts
+from localspec.bench.outputs import check_outputs, save_outputs, write_json
 from localspec.bench.progress import BenchProgress
 from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
@@ -141,6 +140,7 @@ def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max
 
 def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
     """The sweep the command line's arguments ask for, on the pair `engine_config` loads (the command line resolved it)."""
+    check_outputs(args)
     ks = parse_ks(args.draft_max)
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = select_prompts(load_prompts(args.prompts), args.only)
@@ -163,22 +163,24 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
             _measure(engine.decoder(mode.drafter), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k))
         depth = round(sum(len(chat_prompt_tokens(engine.target, p.messages)) for p in prompts) / len(prompts))
         result.matched_workload = (args.max_tokens, depth)
-        _llama_bench(args, engine, result)
-        for round_index in range(args.rounds):
-            for index, prompt in enumerate(prompts):
-                _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result, progress)
-        _llama_bench(args, engine, result)
+        try:
+            _llama_bench(args, engine, result)
+            for round_index in range(args.rounds):
+                for index, prompt in enumerate(prompts):
+                    _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result, progress)
+                    write_json(args, result)
+            _llama_bench(args, engine, result)
+        except KeyboardInterrupt:
+            result.keep_finished_prompts()
+            progress.stage(f"interrupted (Ctrl-C): the report below holds the {len(result.measurements)} measurements of the "
+                           "prompts that finished")
         auto = engine.decoder("auto").drafter
         if isinstance(auto, AutoDrafter):
             result.verify_ms = dict(sorted(auto.costs.target.ms.items()))
-    print_report(result)
-    if args.json_file:
-        args.json_file.write_text(json.dumps(_as_json(result), indent=2))
-        print(f"\nfull results: {args.json_file}")
-    if args.charts is not None:
-        for path in save_charts(result, args.charts):
-            print(f"chart: {path}")
-    return 0
+    if result.measurements:
+        print_report(result)
+    save_outputs(args, result)
+    return 130 if result.interrupted else 0
 
 
 def _bench_prompt(
@@ -256,24 +258,3 @@ def _reference_step(result: BenchResult, call: Callable[[], T]) -> T | None:
     except EngineError as exc:
         result.reference_error = str(exc)
         return None
-
-
-def _as_json(result: BenchResult) -> dict[str, object]:
-    return {
-        "machine": result.machine,
-        "ks": result.ks,
-        "temperature": result.temperature,
-        "modes": [asdict(mode) | {"label": mode.label} for mode in result.modes],
-        "prompts": [asdict(p) for p in result.prompts],
-        "measurements": [
-            {"prompt": m.prompt_id, "mode": m.mode.label, "drafter": m.mode.drafter, "k": m.mode.k, "verification": m.mode.verification,
-             "departs_at": m.departs_at, "tokens": m.tokens, "margins": m.margins, "stats": m.stats.to_dict()}
-            for m in result.measurements
-        ],
-        "llama_bench_tg": result.llama_bench_tg,
-        "llama_bench_matched": {"n_gen": result.matched_workload[0], "depth": result.matched_workload[1], "tok_s": result.llama_bench_matched},
-        "reference": [asdict(r) for r in result.reference],
-        "reference_error": result.reference_error,
-        "verify_ms": result.verify_ms,
-        "lookup_ceiling": {prompt_id: asdict(c) | {"ratio": c.ratio} for prompt_id, c in result.ceilings.items()},
-    }
