@@ -167,3 +167,22 @@ def test_a_cut_gguf_a_zero_layer_draft_and_a_url_that_is_not_one_get_a_sentence_
     assert zero.returncode == 2 and "--layers 0 is out of range" in zero.stderr
     url = cli("bench-serve", "notaurl")
     assert url.returncode == 2 and "takes a running server's URL, such as http://127.0.0.1:8080" in url.stderr and "Traceback" not in url.stderr
+
+
+def test_a_prompt_from_a_file_or_standard_input_and_the_exit_status_rule(tmp_path, tiny):
+    """Issue 47: one argument is capped at 128 KiB and `--prompt -` was taken literally; the exit statuses had no rule."""
+    text = "hello there " * 20
+    (tmp_path / "prompt.txt").write_text(text)
+    by_argument = cli("generate", "--target", str(tiny["target"]), "--raw", "--prompt", text, "--max-tokens", "6", "--no-draft", "--json")
+    by_file = cli("generate", "--target", str(tiny["target"]), "--raw", "--prompt-file", str(tmp_path / "prompt.txt"), "--max-tokens", "6",
+                  "--no-draft", "--json")
+    by_stdin = subprocess.run([sys.executable, "-m", "localspec", "generate", "--target", str(tiny["target"]), "--raw", "--prompt", "-",
+                               "--max-tokens", "6", "--no-draft", "--json"], input=text, capture_output=True, text=True, timeout=300)
+    assert by_argument.returncode == by_file.returncode == by_stdin.returncode == 0, (by_file.stderr, by_stdin.stderr)
+    assert json.loads(by_argument.stdout)["text"] == json.loads(by_file.stdout)["text"] == json.loads(by_stdin.stdout)["text"]
+    missing = cli("generate", "--target", str(tiny["target"]), "--prompt-file", str(tmp_path / "nope.txt"))
+    assert missing.returncode == 2 and "--prompt-file" in missing.stderr and "cannot be read (No such file or directory)" in missing.stderr
+    empty = subprocess.run([sys.executable, "-m", "localspec", "generate", "--target", str(tiny["target"]), "--prompt", "-"], input="",
+                           capture_output=True, text=True, timeout=300)
+    assert empty.returncode == 2 and "standard input was empty" in empty.stderr
+    assert "exit status: 0 done; 2 the command line is wrong" in " ".join(cli("--help").stdout.split())

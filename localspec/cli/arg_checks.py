@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,8 +64,26 @@ def _check_text(option: str, value: str) -> None:
                          "Check the terminal's or the script's encoding.") from None
 
 
+def read_prompt(args: argparse.Namespace) -> None:
+    """`--prompt -` and `--prompt-file PATH` become the prompt's text (one argument is capped at 128 KiB by the OS)."""
+    if getattr(args, "prompt_file", None) is not None:
+        try:
+            args.prompt = args.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+            raise UsageError(f"--prompt-file {args.prompt_file}: the file cannot be read ({reason}).") from None
+    elif getattr(args, "prompt", None) == "-":
+        try:
+            args.prompt = sys.stdin.read()
+        except UnicodeDecodeError:
+            raise UsageError("--prompt -: standard input is not UTF-8 text.") from None
+        if not args.prompt.strip():
+            raise UsageError("--prompt -: standard input was empty. Pipe the prompt in, or give it with --prompt TEXT.")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Raise UsageError, naming the option, for the first value out of its range (options the command lacks are skipped)."""
+    read_prompt(args)
     for option in TEXT_OPTIONS:
         value = getattr(args, option.removeprefix("--"), None)
         for text in value if isinstance(value, list) else [value]:

@@ -79,14 +79,21 @@ def _add_model_commands(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--draft", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
 
 
+EXIT_STATUS = ("exit status: 0 done; 2 the command line is wrong (an option, or a value it cannot take); 1 anything else "
+               "failed (a model or other file, the network, the machine); 130 interrupted (Ctrl-C).")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="localspec", description="Local speculative decoding with GGUF target/draft pairs.")
+    parser = argparse.ArgumentParser(prog="localspec", description="Local speculative decoding with GGUF target/draft pairs.",
+                                     epilog=EXIT_STATUS)
     parser.add_argument("--version", action="version", version=f"localspec {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     generate = commands.add_parser("generate", help="answer one prompt, streaming the text")
     _add_model_args(generate)
-    generate.add_argument("--prompt", required=True, help="the user's message")
+    given = generate.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", help="the user's message ('-': read it from standard input)")
+    given.add_argument("--prompt-file", type=Path, help="read the user's message from this UTF-8 text file")
     generate.add_argument("--system", help="system prompt")
     generate.add_argument("--raw", action="store_true", help="use the prompt as plain text, without the chat template")
     generate.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 
 from localspec.engine.drafters.self_draft import make_self_draft
-from localspec.errors import LocalspecError
+from localspec.errors import UsageError
 
 
 def run_make_draft(args: argparse.Namespace) -> int:
     if args.out.exists():
-        raise LocalspecError(f"{args.out} already exists: choose another name, or delete it first.")
+        raise UsageError(f"{args.out} already exists: choose another name, or delete it first.")
     if not args.out.parent.is_dir():  # as cp refuses: a typo in the folder should not grow a new tree
-        raise LocalspecError(f"{args.out.parent} is not an existing folder: create it first, or write the draft elsewhere.")
+        raise UsageError(f"{args.out.parent} is not an existing folder: create it first, or write the draft elsewhere.")
     made = make_self_draft(args.target, args.out, args.layers)
     print(f"wrote {made.path}: the first {made.n_layers} of {made.of_layers} blocks, {made.size_bytes / 1e6:.0f} MB")
     print(f"use it as a draft: localspec generate --target {args.target} --draft {made.path} --drafter model --prompt ...")
