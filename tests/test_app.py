@@ -514,3 +514,37 @@ async def test_every_dialog_and_notice_reads_whole_at_80_by_24(setup: Setup, tin
         assert isinstance(app.focused, Select) and app.focused.id == "drafter"
         await pilot.press("escape")
         await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+
+
+@run_async
+async def test_at_80x24_every_dialog_keeps_its_buttons_on_screen_and_the_footer_shows_help_and_settings(setup: Setup, tiny):
+    """Issue 47: at 80x24 the settings' and help's buttons were below the screen (help could not be scrolled by keys), and
+    the footer's F1 and F3 fell off its end."""
+    from textual.widgets import Button, Footer
+
+    from localspec.tui.dialogs import HelpScreen
+    from localspec.tui.models_screen import AddPairDialog
+
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        keys = {key.key: key.region for key in app.query_one(Footer).query("FooterKey")}
+        assert {"f1", "f2", "f3", "escape", "ctrl+q"} <= keys.keys()
+        shown = sorted(keys.values(), key=lambda region: region.x)
+        assert all(region.right <= 80 for region in shown) and all(a.right <= b.x for a, b in zip(shown, shown[1:])), keys
+        for opening, screen in ((("f3",), SettingsScreen), (("f2", "a"), AddPairDialog), (("f1",), HelpScreen)):
+            await pilot.press(*opening)
+            await wait_for(pilot, lambda: isinstance(app.screen, screen))
+            await pilot.pause()
+            buttons = list(app.screen.query(Button))
+            assert buttons and all(0 <= b.region.y and b.region.bottom <= 24 and b.region.right <= 80 for b in buttons), \
+                (screen.__name__, [(str(b.label), b.region) for b in buttons])
+            if screen is HelpScreen:  # focused on its text: the keys scroll it
+                text = app.screen.query_one("#help-text")
+                assert app.focused is text and text.max_scroll_y > 0
+                await pilot.press("pagedown")
+                await wait_for(pilot, lambda: text.scroll_y > 0)
+            while len(app.screen_stack) > 1:
+                await pilot.press("escape")
+                await pilot.pause()

@@ -48,17 +48,19 @@ CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 class LocalspecApp(PairControl, ConversationControl, App[None]):
     CSS_PATH = "localspec.tcss"
     TITLE = "localspec"
+    # In the footer's order, the screens first: at 80 columns the footer shows about eight, and F1 (which lists
+    # every key) and F3 fell off its end.
     BINDINGS = [
+        Binding("f1", "help", "Help"),
+        Binding("f2", "models", "Models"),
+        Binding("f3", "settings", "Settings"),
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+n", "new_conversation", "New chat"),
         Binding("ctrl+r", "regenerate", "Regenerate"),
-        Binding("ctrl+t", "toggle_tint", "Tint"),
-        Binding("f5", "copy_answer", "Copy"),
+        Binding("f5", "copy_answer", "Copy", show=False),  # F1 lists these two
+        Binding("ctrl+t", "toggle_tint", "Tint", show=False),
         Binding("f4", "edit_system_prompt", "System prompt", show=False),
         Binding("ctrl+b", "toggle_sidebar", "Chats", show=False),
-        Binding("f2", "models", "Models"),
-        Binding("f3", "settings", "Settings"),
-        Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
@@ -93,7 +95,7 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
                 yield PromptInput(id="prompt")
             yield StatsPanel(id="stats")
         yield DeviceLine(id="device")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # Ctrl+P still opens it; F1 says so
 
     def on_mount(self) -> None:
         self.settings, note = load_settings(self.settings_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Markdown, TextArea
 
@@ -98,8 +98,12 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog help"):
-            yield Markdown(HELP)
+            with VerticalScroll(id="help-text"):  # focused: the arrows and Page Up/Down scroll it on a small terminal
+                yield Markdown(HELP)
             yield Button("Close", id="close")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-text").focus()
 
     def on_button_pressed(self) -> None:
         self.dismiss()
