@@ -34,7 +34,7 @@ SAVE_INTERVAL_S = 1.0  # a killed app loses at most this much of an answer
 CALIBRATION_TOKENS = 8
 # How an answer that did not end by itself (EOS, a stop string, max tokens) is stored: stopped by the user, or cut
 # by a full context (its text is not a whole answer, and the next turn's prompt is shortened to fit).
-ANSWER_STATUS = {StopReason.CANCELLED: "stopped", StopReason.CONTEXT_FULL: "cut"}
+ANSWER_STATUS = {StopReason.CANCELLED: "stopped", StopReason.CONTEXT_FULL: "cut", StopReason.MAX_TOKENS: "max_tokens"}
 
 
 @dataclass

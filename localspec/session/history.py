@@ -41,7 +41,7 @@ MIGRATIONS = [
         conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
         role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
         content TEXT NOT NULL,
-        status TEXT NOT NULL DEFAULT 'complete',   -- complete | streaming | stopped | cut | interrupted | error
+        status TEXT NOT NULL DEFAULT 'complete',   -- complete | streaming | stopped | cut | max_tokens | interrupted | error
         pair_id TEXT,
         settings TEXT,     -- JSON: the generation settings used
         stats TEXT,        -- JSON: GenerationStats.to_dict()

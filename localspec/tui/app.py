@@ -211,6 +211,13 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         self.streaming, self.answer_cancel = None, None
         self.notify(message.error, severity="error", timeout=15)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Esc stops an answer or a load first; with nothing to stop, a screen with its own Esc (Back, Cancel, Close)
+        gets the key and the footer says what it does there, not "Stop"."""
+        if action == "stop" and self.answer_cancel is None and self.load_cancel is None and len(self.screen_stack) > 1:
+            return not any(isinstance(b, Binding) and b.key == "escape" for b in type(self.screen).BINDINGS)
+        return True
+
     def action_stop(self) -> None:
         if self.answer_cancel is not None:
             self.answer_cancel.set()

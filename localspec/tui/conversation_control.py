@@ -41,6 +41,7 @@ class ConversationControl:
             return
         if event.item.conversation.id != self.conversation_id and not self.busy():
             self.show_conversation(event.item.conversation.id)
+        self.query_one(PromptInput).focus()  # what is typed next goes to the chat picked, not to the list
 
     def action_new_conversation(self) -> None:
         if not self.busy():

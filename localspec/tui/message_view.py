@@ -17,7 +17,7 @@ from textual.widgets import Label, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 ACCEPTED_STYLE = "on #1f3d2b"
-STATUS_NOTES = {"stopped": " · stopped", "cut": " · cut (the context was full)",
+STATUS_NOTES = {"stopped": " · stopped", "cut": " · cut (the context was full)", "max_tokens": " · cut at max tokens (F3 raises it)",
                 "interrupted": " · interrupted (the app closed mid-answer)", "error": " · failed"}
 
 

@@ -137,6 +137,8 @@ class ModelsScreen(Screen[None]):
             if pair_id:
                 self.app.reload_catalog()  # type: ignore[attr-defined]
                 self.refresh_rows()
+                table = self.query_one(DataTable)
+                table.move_cursor(row=table.get_row_index(pair_id))  # on the new pair: Enter uses it, d downloads it
                 self.notify(f"Pair {pair_id!r} saved to your models.toml.", timeout=4)
 
         self.app.push_screen(AddPairDialog(), added)

@@ -8,11 +8,14 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
+PLACEHOLDER = "Ask something. Enter sends; Ctrl+J starts a new line; F1 lists every key."
+
 
 class PromptInput(TextArea):
     """No cursor blink: a blinking cursor repaints twice a second, CPU that generation needs more."""
 
     def __init__(self, **kwargs: object) -> None:
+        kwargs.setdefault("placeholder", PLACEHOLDER)
         super().__init__(soft_wrap=True, show_line_numbers=False, **kwargs)  # type: ignore[arg-type]
         self.cursor_blink = False
 

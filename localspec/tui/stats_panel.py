@@ -46,7 +46,8 @@ def render_snapshot(s: StatsSnapshot) -> Text:
         line("recent", sparkline(s.recent_acceptance[-16:]), "green")
     line("tok/s", f"{s.tokens_per_second_now:6.1f} now")
     line("", f"{s.tokens_per_second_avg:6.1f} avg", "bold")
-    if s.speedup is not None and s.plain_tokens_per_second:
+    # An answer with nothing drafted was plain decoding: its ratio to plain would be noise, not a speedup.
+    if s.speedup is not None and s.plain_tokens_per_second and s.acceptance_answer is not None:
         line("vs plain", f"{s.speedup:.2f}× ({s.plain_tokens_per_second:.1f}/s)", "bold green" if s.speedup >= 1.0 else "bold yellow")
     total = s.t_draft_ms + s.t_verify_ms + s.t_other_ms
     if total > 0:
@@ -66,7 +67,7 @@ class StatsPanel(Widget):
     """
 
     DEFAULT_CLASSES = "panel"
-    IDLE = Text("No answer yet.\n\nAsk something: the\nnumbers appear as the\nanswer streams.", style="dim")
+    IDLE = Text("The numbers appear\nas an answer streams.", style="dim")  # "No answer yet." read wrong beside a reopened chat
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
