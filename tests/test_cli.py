@@ -186,3 +186,11 @@ def test_a_prompt_from_a_file_or_standard_input_and_the_exit_status_rule(tmp_pat
                            capture_output=True, text=True, timeout=300)
     assert empty.returncode == 2 and "standard input was empty" in empty.stderr
     assert "exit status: 0 done; 2 the command line is wrong" in " ".join(cli("--help").stdout.split())
+
+
+def test_a_host_that_is_not_this_machines_is_not_told_to_pick_another_port(tiny):
+    """Issue 47: every bind failure said "another server may be using it. Pick another --port"."""
+    for host, says in (("notahost", "--host 'notahost' is not an address this machine can listen on"),
+                       ("192.0.2.1", "--host must be an address of this machine")):  # TEST-NET-1: never this machine's
+        result = cli("serve", "--host", host, "--api-key", "k", "--target", str(tiny["target"]), timeout=120)
+        assert result.returncode == 2 and says in result.stderr and "--port" not in result.stderr, result.stderr

@@ -148,3 +148,24 @@ def test_settings_that_cannot_be_saved_say_so(tmp_path):
         save_settings(Settings(), blocked / "settings.json")
 
 
+
+
+def test_a_history_that_cannot_be_created_is_not_called_damaged(tmp_path):
+    """Issue 47: a read-only home was told "the file may be damaged" about a file that did not exist."""
+    (tmp_path / "a-file").write_text("")
+    history = History(tmp_path / "a-file" / "history.sqlite3")  # its folder cannot be made: as a read-only home, even for root
+    problem = history.open_problem or ""
+    assert not history.saving and "cannot be created" in problem and "XDG_DATA_HOME" in problem and "damaged" not in problem
+    history.create("kept in memory")
+    assert [c.title for c in history.conversations()] == ["kept in memory"]
+
+
+def test_os_errors_get_advice_for_their_cause():
+    """Issue 47: "Is a directory" was told to check the free space."""
+    import errno
+
+    from localspec.errors import os_error_advice
+
+    assert os_error_advice(IsADirectoryError(errno.EISDIR, "Is a directory")) == "that path is a folder: give a file's path"
+    assert "free some space" in os_error_advice(OSError(errno.ENOSPC, "No space left on device"))
+    assert "read-only" in os_error_advice(OSError(errno.EROFS, "Read-only file system"))

@@ -18,7 +18,7 @@ from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
 from localspec.cli.arg_checks import check_args
 from localspec.engine import defaults
 from localspec.engine.drafters import registry
-from localspec.errors import LocalspecError, UsageError
+from localspec.errors import LocalspecError, UsageError, os_error_advice
 from localspec.serve.options import DEFAULT_PARALLEL
 
 
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
     except OSError as exc:  # the machine refused a file operation (a read-only folder, a full disk): say which, and why
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"localspec: {exc.strerror or exc}{where}. Check the disk's free space and the folder's permissions.", file=sys.stderr)
+        print(f"localspec: {exc.strerror or exc}{where}: {os_error_advice(exc)}.", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -327,6 +327,19 @@ def plan_pair(target: Path, draft: Path | None, n_ctx: int, memory: DeviceMemory
     return plan_memory(target_footprint, draft_footprint, n_ctx, memory, target_gpu_layers, draft_gpu_layers, self_draft)
 
 
+def _smaller_context(plan: MemoryPlan, needed_in_ram: int, kv: int) -> str:
+    """The context that would fit, as a power of two: the KV caches and compute buffers grow about in proportion to it
+    (once it advised --ctx-size 24999999999 as "half" of an impossible 49999999999)."""
+    assert plan.memory.ram_available is not None
+    per_token = (kv + sum(p.footprint.compute_bytes for p in plan.placements)) / plan.n_ctx
+    room = plan.memory.ram_available - (needed_in_ram - per_token * plan.n_ctx)  # what the weights leave in RAM
+    fits = int(room / per_token) if per_token > 0 and room > 0 else 0
+    if fits < 512:
+        return "a smaller context does not help enough (the weights alone nearly fill the RAM); "
+    size = 1 << (min(fits, plan.n_ctx - 1).bit_length() - 1)
+    return f"a smaller context (the KV caches take {format_bytes(kv)}; about --ctx-size {size} fits); "
+
+
 def _too_big_message(plan: MemoryPlan, needed_in_ram: int) -> str:
     memory = plan.memory
     parts = ", ".join(
@@ -343,6 +356,6 @@ def _too_big_message(plan: MemoryPlan, needed_in_ram: int) -> str:
         f"{format_bytes(sum(p.footprint.total_bytes for p in plan.placements))}: {parts}. {gpu}, so "
         f"{format_bytes(needed_in_ram)} must go in RAM, where {format_bytes(memory.ram_available)} is available. Options: "
         f"a smaller quantization (the target is {plan.target.footprint.quantization}); "
-        f"a smaller context (the KV caches take {format_bytes(kv)}: --ctx-size {max(256, plan.n_ctx // 2)} halves that); "
+        f"{_smaller_context(plan, needed_in_ram, kv)}"
         f"or a smaller pair (`localspec list` shows what each pair needs)."
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 import threading
@@ -79,6 +80,15 @@ def _check_port_free(host: str, port: int) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
+        except socket.gaierror as exc:  # not an address at all
+            raise UsageError(f"--host {host!r} is not an address this machine can listen on ({exc.strerror}). Give an IP "
+                             "address such as 127.0.0.1 (this machine only) or 0.0.0.0 (every interface, with --api-key).") from None
         except OSError as exc:
-            raise UsageError(f"Cannot listen on {host}:{port} ({exc.strerror}): another server may be using it. "
-                             "Pick another --port, or stop the other server.") from None
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(f"Cannot listen on {host}:{port} ({exc.strerror}): another server is using it. "
+                                 "Pick another --port, or stop the other server.") from None
+            if exc.errno == errno.EACCES:
+                raise UsageError(f"Cannot listen on {host}:{port} ({exc.strerror}): ports below 1024 need administrator "
+                                 "rights. Pick a --port of 1024 or more, such as 8080.") from None
+            raise UsageError(f"Cannot listen on {host}:{port} ({exc.strerror}): --host must be an address of this machine "
+                             "(127.0.0.1 for this machine only, 0.0.0.0 for every interface).") from None

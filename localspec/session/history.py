@@ -158,6 +158,9 @@ class History:
                 problem = (f"The chat history at {self.path} can be read but not written ({_reason(reason)}). Your chats are shown; "
                            f"this session's are kept in memory and saved there as soon as it can be written: check the free space "
                            f"and the permissions of {folder}.")
+            elif not self.path.exists():  # nothing to be damaged: the folder refused a new file (a read-only home, say)
+                problem = (f"The chat history cannot be created at {self.path} ({_reason(reason)}). This session is kept in memory "
+                           f"only. Make {folder} writable, or set XDG_DATA_HOME to a folder you can write.")
             else:
                 problem = (f"The chat history at {self.path} cannot be opened ({_reason(reason)}). This session is kept in memory "
                            f"only. If the disk and the permissions of {folder} are fine, the file may be damaged: move it aside "

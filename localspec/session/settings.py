@@ -19,7 +19,7 @@ from localspec.engine import defaults
 from localspec.engine.drafters import registry
 from localspec.engine.errors import SamplingSettingsError
 from localspec.engine.sampling import SamplingParams
-from localspec.errors import LocalspecError, UsageError
+from localspec.errors import LocalspecError, UsageError, os_error_advice
 from localspec.machine import rpc
 
 
@@ -166,4 +166,4 @@ def save_settings(settings: Settings, path: Path | None = None) -> None:
         with contextlib.suppress(OSError):  # a half-written temporary file, where there is one
             temporary.unlink(missing_ok=True)
         raise SettingsError(f"The settings could not be saved to {path} ({exc.strerror or exc}). They apply until localspec "
-                            "closes; check the disk's free space and the folder's permissions.") from exc
+                            f"closes; {os_error_advice(exc)}.") from exc
