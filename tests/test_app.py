@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -463,7 +464,17 @@ async def test_storage_that_stops_taking_writes_mid_chat_loses_nothing(setup: Se
         assert not app.history.saving and second.status in ("complete", "max_tokens") and second.text
         assert [v.text for v in answers(app)] == [first.text, second.text]  # both answers on screen
         assert app.query_one("#prompt").text == ""  # the prompt went into the conversation
-    stored = History(setup.history)  # the app's last try at closing wrote the session back
+        connect = app.history._connect_disk
+        app.history._connect_disk = lambda: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error"))
+        await pilot.press("ctrl+q")  # the disk still refuses: quitting would lose the session, so it asks (issue 47)
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        assert "only in memory" in read_whole(app.screen.query_one("Label")) and app.is_running
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+        app.history._connect_disk = connect  # the disk takes writes again: Ctrl+Q saves, and quits without asking
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: not app.is_running)
+    stored = History(setup.history)  # the session was written back as the app quit
     assert [m.content for m in stored.messages(stored.conversations()[0].id)][-2:] == ["the quick brown fox", second.text]
 
 

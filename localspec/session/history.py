@@ -204,6 +204,13 @@ class History:
         self.open_problem = None
         self._notice(f"The chat history is saved again to {self.path}, this session included.")
 
+    def save_now(self) -> bool:
+        """Try to write an in-memory session back at once; whether everything is on disk now (the app asks before quitting)."""
+        with self._lock:
+            if not self.saving and self._copy_of_file:
+                self._try_saving_again()
+            return self.saving
+
     def close(self) -> None:
         with self._lock:
             if not self.saving and self._copy_of_file:

@@ -32,7 +32,7 @@ from localspec.tui import workers
 from localspec.tui.conversation_control import ConversationControl
 from localspec.tui.conversation_list import ConversationList
 from localspec.tui.device_line import DeviceLine
-from localspec.tui.dialogs import HelpScreen
+from localspec.tui.dialogs import ConfirmDialog, HelpScreen
 from localspec.tui.draw_pacer import DrawPacer
 from localspec.tui.message_view import MessageView, answer_note
 from localspec.tui.models_screen import ModelsScreen
@@ -210,6 +210,15 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
                 view.set_status("error")
         self.streaming, self.answer_cancel = None, None
         self.notify(message.error, severity="error", timeout=15)
+
+    async def action_quit(self) -> None:
+        """Quit; where this session's chats live only in memory (the disk refused them), ask first: quitting loses them."""
+        if self.history.save_now():
+            self.exit()
+            return
+        question = (f"This session's chats are only in memory: {self.history.path} cannot be written. Quit and lose them? "
+                    "Cancel keeps localspec open, trying to save them every 30 seconds (F5 copies an answer meanwhile).")
+        self.push_screen(ConfirmDialog(question, yes="Quit and lose them"), lambda quit_: self.exit() if quit_ else None)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Esc stops an answer or a load first; with nothing to stop, a screen with its own Esc (Back, Cancel, Close)
