@@ -573,3 +573,34 @@ async def test_at_80x24_every_dialog_keeps_its_buttons_on_screen_and_the_footer_
             while len(app.screen_stack) > 1:
                 await pilot.press("escape")
                 await pilot.pause()
+
+
+@run_async
+async def test_at_80x24_code_headers_and_the_device_line_wrap_instead_of_being_cut(setup: Setup, tiny):
+    """Issue 47: at 80x24 a code block's long lines ran out of sight (scrolled sideways with no scrollbar), and an
+    answer's header and the device line were cut at the edge."""
+    from textual.widgets import Label
+    from textual.widgets._markdown import MarkdownFence
+
+    pair_id = "tiny-pair-with-a-rather-long-name"
+    setup.write(local_pair(pair_id, tiny["target"], tiny["near"]), last_pair=pair_id, max_tokens=8)
+    history = History(setup.history)
+    conversation = history.create("code")
+    history.add_user_message(conversation.id, "show code")
+    answer = history.start_answer(conversation.id, pair_id, Settings().generation_dict())
+    code = "Here:\n\n```python\ndef a_function_with_a_long_name(argument_one, argument_two, argument_three, argument_four):\n" \
+           "    return argument_one + argument_two + argument_three + argument_four\n```\n"
+    history.finish_answer(answer, code, "complete", {"predicted_n": 40, "predicted_ms": 1000.0, "predicted_per_second": 40.0,
+                                                     "draft_n": 20, "draft_n_accepted": 15}, [])
+    history.close()
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.pause(0.3)
+        fences = list(app.query(MarkdownFence))
+        assert fences and all(fence.max_scroll_x == 0 for fence in fences)  # nothing out of sight sideways
+        header = next(v for v in answers(app)).query_one(".message-header", Label)
+        assert "75% accepted" in str(header.render()) and header.size.height >= 2  # wrapped, not cut
+        device = app.query_one("#device")
+        await wait_for(pilot, lambda: len(str(device.render())) > 80)
+        await wait_for(pilot, lambda: device.size.height >= 2, timeout=5)

@@ -26,7 +26,8 @@ def answer_note(pair_id: str | None, stats: dict[str, Any]) -> str:
     if not stats:
         return pair_id or ""
     rate = f"{stats['predicted_per_second']:.1f} tok/s" if stats.get("predicted_per_second") else ""
-    accepted = f"{100 * stats['acceptance_rate']:.0f}% accepted" if stats.get("draft_n") else "plain"
+    drafted = stats.get("draft_n") or 0  # counted from the counts: a stored answer of an older version may lack the rate
+    accepted = f"{100 * (stats.get('draft_n_accepted') or 0) / drafted:.0f}% accepted" if drafted else "plain"
     return " · ".join(part for part in (pair_id, rate, accepted) if part)
 
 
