@@ -1,4 +1,4 @@
-"""llama.cpp's AMX weight buffer is kept only where this build's AMX matmul is sound (localspec/engine/amx.py).
+"""llama.cpp's AMX weight buffer is kept only where this build's AMX matmul is sound (localspec/engine/llama/amx.py).
 
 A GCC 12 build faults in the AMX batched matmul; a sound build runs it, and it is much faster there. Each check runs
 in a child process: the buffer list is the CPU backend's, once per process, and a fault must fail this test rather
@@ -20,13 +20,13 @@ from localspec.machine import llama_build
 CHILD_TIMEOUT_S = 300
 VERDICT = (
     "import json\n"
-    "from localspec.engine import amx\n"
+    "from localspec.engine.llama import amx\n"
     "v = amx.amx_verdict()\n"
     "print(json.dumps({'offered': v.offered, 'sound': v.sound, 'reason': v.reason}))\n"
 )
 LONG_BATCH = (  # a 64-token batch: the AMX matmul runs for batches, a single token takes another kernel
     "import json, sys\n"
-    "from localspec.engine import amx, model as model_module\n"
+    "from localspec.engine.llama import amx, model as model_module\n"
     "if sys.argv[2] == 'keep-amx':\n"
     "    model_module.amx.settle_amx = lambda: None\n"
     "with model_module.Model(sys.argv[1], model_module.ModelConfig(n_ctx=512, n_threads=2)) as model:\n"
@@ -38,7 +38,7 @@ LONG_BATCH = (  # a 64-token batch: the AMX matmul runs for batches, a single to
 
 SOUND_BUILD_LOAD = (  # the engine's own load: what did settling ask of ggml in this process before llama.cpp loaded?
     "import json, sys\n"
-    "from localspec.engine import amx, ggml_library, model as model_module\n"
+    "from localspec.engine.llama import amx, ggml_library, model as model_module\n"
     "import llama_cpp\n"
     "asked, array, read, features = [], amx._extra_buffer_array, [], llama_cpp.llama_print_system_info\n"
     "amx._extra_buffer_array = lambda: asked.append(1) or array()\n"
@@ -68,7 +68,7 @@ def verdict(cache: Path) -> dict:
 def test_amx_leaves_the_list_and_the_other_buffers_keep_their_order():
     child = run_child(
         "import json, llama_cpp\n"
-        "from localspec.engine import amx\n"
+        "from localspec.engine.llama import amx\n"
         "llama_cpp.llama_backend_init(); llama_cpp.llama_supports_gpu_offload()\n"
         "before = amx.cpu_weight_buffers()\n"
         "removed = amx.keep_weights_off_amx()\n"

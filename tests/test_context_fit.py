@@ -48,7 +48,7 @@ def test_the_oldest_turns_leave_the_prompt_and_the_newest_gets_an_answer(tiny, t
 
 
 def test_a_conversation_that_fits_is_left_whole(tiny):
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
 
     with Model(tiny["target"]) as target:
         messages = long_conversation(2)

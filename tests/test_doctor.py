@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.engine.hardware import gpu_offload_supported
+from localspec.engine.llama.hardware import gpu_offload_supported
 from localspec.machine import amx_build
 from localspec.machine.gpu_build import reinstall_command
 from tests.conftest import cli
@@ -91,7 +91,7 @@ def test_the_readme_gives_the_same_rebuild_commands_as_doctor():
 
 def test_a_container_cpu_quota_caps_the_thread_count(tmp_path):
     """cgroup v2's cpu.max: "max" (no quota) or "QUOTA PERIOD"; llama.cpp gets no more threads than the quota's CPUs."""
-    from localspec.engine.hardware import cgroup_cpu_limit, physical_core_count
+    from localspec.engine.llama.hardware import cgroup_cpu_limit, physical_core_count
 
     cpu_max = tmp_path / "cpu.max"
     for text, cpus in (("max 100000\n", None), ("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000\n", 1)):

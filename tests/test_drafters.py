@@ -741,7 +741,7 @@ def test_acceptance_is_learned_per_position_and_forgets_slowly():
 
 
 def test_make_draft_writes_a_gguf_that_loads_passes_the_pair_check_and_drafts(tiny, tmp_path):
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
     from tests.conftest import cli
 
     out = tmp_path / "self.gguf"

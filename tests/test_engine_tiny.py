@@ -208,7 +208,7 @@ def test_draft_catches_up_after_many_plain_steps(tiny):
     import numpy as np
 
     from localspec.engine.drafters.draft_model import ModelDrafter
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
 
     with Model(tiny["near"]) as model:
         drafter = ModelDrafter(model)
@@ -232,7 +232,7 @@ def test_vetting_after_more_than_a_batch_of_pending_tokens_keeps_its_rows_aligne
     import numpy as np
 
     from localspec.engine.drafters.draft_model import ModelDrafter
-    from localspec.engine.model import Model, ModelConfig
+    from localspec.engine.llama.model import Model, ModelConfig
 
     settled_later = [10 + i for i in range(12)]  # with the prompt's last token, 13 pending: batches of 8, 8, 1
     with Model(tiny["target"]) as wide, Model(tiny["target"], ModelConfig(n_batch=8)) as narrow:
@@ -255,7 +255,7 @@ def test_a_tree_near_a_full_context_ends_cleanly(tiny):
     from localspec.engine.decode import Decoder
     from localspec.engine.drafters.draft_model import ModelDrafter
     from localspec.engine.drafters.tree import TreeDrafter
-    from localspec.engine.model import Model, ModelConfig
+    from localspec.engine.llama.model import Model, ModelConfig
 
     with Model(tiny["talkative"], ModelConfig(n_ctx=256)) as target, Model(tiny["talkative_draft"], ModelConfig(n_ctx=256)) as draft:
         target.ensure_sequences(2)
@@ -277,8 +277,8 @@ def test_the_self_draft_stays_off_the_gpu_unless_a_plan_counted_it(tiny, tmp_pat
 
 def test_the_llama_cpp_log_is_rotated_before_it_grows_without_bound(tiny, tmp_path, monkeypatch):
     """About 400 KB a load, never rotated: 62 MB after one afternoon."""
-    from localspec.engine import llama_log
-    from localspec.engine.model import Model
+    from localspec.engine.llama import llama_log
+    from localspec.engine.llama.model import Model
 
     log = tmp_path / "llama.log"
     log.write_text("an old line\n" * 1000)
@@ -305,8 +305,8 @@ def test_llama_cpp_logging_after_the_log_file_closed_prints_nothing_over_the_ter
     with the real pair). Here the file is closed first, then a model loads and frees, logging as it goes."""
     script = (
         "from pathlib import Path\n"
-        "from localspec.engine import llama_log\n"
-        "from localspec.engine.model import Model\n"
+        "from localspec.engine.llama import llama_log\n"
+        "from localspec.engine.llama.model import Model\n"
         f"target = Path({str(tiny['target'])!r})\n"
         "with Model(target):\n"  # the backend is up (its first start installs the default log)
         "    pass\n"

@@ -6,7 +6,7 @@ import gguf
 import pytest
 
 from localspec.engine.errors import ModelLoadError, PairMismatchError
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.pair_check import check_pair
 from localspec.gguf.header import read_header, read_local_header
 

@@ -24,7 +24,7 @@ from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
-from localspec.engine.model import Model, ModelConfig
+from localspec.engine.llama.model import Model, ModelConfig
 from tests.batch_runs import run_batch
 from tests.conftest import Run, run
 from tests.lossless import assert_lossless

@@ -208,7 +208,7 @@ def test_a_truncated_gguf_is_refused_by_check_generate_and_pull(tiny_hub: Loopba
 def test_llama_cpps_own_reason_reaches_the_user(tiny, tmp_path):
     """llama.cpp logs load errors at level 4 (ERROR); the log hook kept level 3 (WARN), so a failed load said "no reason given"."""
     from localspec.engine.errors import ModelLoadError
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
 
     with pytest.raises(ModelLoadError, match="data is not within the file bounds"):
         Model(half_of(tiny["target"], tmp_path / "half.gguf"))

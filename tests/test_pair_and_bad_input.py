@@ -9,7 +9,7 @@ import pytest
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import ChatTemplateError, ModelLoadError, PairMismatchError
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.pair_check import check_pair
 from tests.conftest import cli
 from tests.tiny_models import TinySpec, vocabulary, write_tiny_model

@@ -19,7 +19,7 @@ from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, distribution
 from tests.conftest import run
 from tests.forced_choices import AlwaysHybrid

@@ -65,7 +65,7 @@ def test_the_fim_prompt_has_llama_cpps_repository_header_with_or_without_other_f
     """Without input_extra the prompt lacked the <|repo_name|>myproject / <|file_sep|>filename header llama.cpp's server
     always adds, and the same request completed differently from llama-server."""
     from localspec.engine.fim import fim_prompt
-    from localspec.engine.model import Model, ModelConfig
+    from localspec.engine.llama.model import Model, ModelConfig
 
     with Model(real_models[0], ModelConfig(n_ctx=1024)) as model:
         fim = model.fim_tokens()

@@ -17,7 +17,8 @@ from localspec import __version__, paths
 from localspec.catalog.models_toml import load_catalog, user_catalog_path
 from localspec.catalog.pair_files import download_status, pair_states
 from localspec.cli.clean import describe_caches
-from localspec.engine import amx, defaults
+from localspec.engine import defaults
+from localspec.engine.llama import amx
 from localspec.errors import LocalspecError
 from localspec.hub.config import HubConfig
 from localspec.machine import amx_build, rpc, rpc_build

@@ -16,7 +16,7 @@ import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.engine.errors import ChatTemplateError
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 
 Role = Literal["system", "user", "assistant"]
 

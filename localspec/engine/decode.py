@@ -24,7 +24,7 @@ from localspec.engine.drafters.base import Draft, Drafter, NoDrafter
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
 from localspec.engine.grammar import Grammar
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, distribution, make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler

@@ -18,7 +18,7 @@ from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.self_draft import cached_self_draft
 from localspec.engine.errors import EngineError, LoadCancelled
-from localspec.engine.model import Model, ModelConfig
+from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.pair_check import check_pair
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.errors import LocalspecError
 
 

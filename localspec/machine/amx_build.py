@@ -1,4 +1,4 @@
-"""How to rebuild llama-cpp-python so that its AMX matmul is sound under GCC 12 (engine/amx.py says why it is not).
+"""How to rebuild llama-cpp-python so that its AMX matmul is sound under GCC 12 (engine/llama/amx.py says why it is not).
 
 The fix is a header that every file of the build includes first (amx_tilecfg_fix.h, beside this module): it
 redeclares `_tile_loadconfig` as reading the whole tile configuration. A compiler flag, not a patch of llama.cpp's

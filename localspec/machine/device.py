@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
-from localspec.engine.hardware import gpu_offload_supported, physical_core_count
+from localspec.engine.llama.hardware import gpu_offload_supported, physical_core_count
 from localspec.machine.ggml_devices import BackendDevice, backend_devices
 from localspec.machine.memory_plan import DeviceMemory
 
 if TYPE_CHECKING:
     from localspec.engine.engine import Engine
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import llama_cpp
 
-from localspec.engine.ggml_library import ggml_library
+from localspec.engine.llama.ggml_library import ggml_library
 
 # ggml-backend.h's enum ggml_backend_dev_type, in order
 _KINDS = ("CPU", "GPU", "iGPU", "accelerator", "meta")

@@ -110,7 +110,7 @@ def build_options(cuda: bool) -> list[str]:
 
 
 def _needs_amx_fix() -> bool:
-    """x86 with a GCC older than 13: its AMX tile-config intrinsic is miscompiled (engine/amx.py), and a native build
+    """x86 with a GCC older than 13: its AMX tile-config intrinsic is miscompiled (engine/llama/amx.py), and a native build
     on an AMX CPU then dies on its first batch. The header costs nothing where AMX is off."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False

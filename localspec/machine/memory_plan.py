@@ -25,7 +25,7 @@ from typing import Any
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localspec.engine.drafters.self_draft import default_layers
-from localspec.engine.model import DEFAULT_N_BATCH, check_gguf_file
+from localspec.engine.llama.model import DEFAULT_N_BATCH, check_gguf_file
 from localspec.errors import LocalspecError
 from localspec.gguf.header import GGUFHeader, read_local_header, tensor_bytes
 from localspec.gguf.split import split_parts

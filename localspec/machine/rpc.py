@@ -19,8 +19,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from localspec.engine import device_faults
-from localspec.engine.ggml_library import ggml_library
+from localspec.engine.llama import device_faults
+from localspec.engine.llama.ggml_library import ggml_library
 from localspec.errors import LocalspecError, UsageError
 from localspec.machine import rpc_build, rpc_client_patch
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.events import Finished, StopReason
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
 

@@ -12,7 +12,7 @@ from localspec import __version__
 from localspec.engine.chat import render_messages
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.errors import UsageError
 from localspec.serve.jobs import Started
 from localspec.serve.openai_routes import server

@@ -12,7 +12,7 @@ from localspec.engine.chat import render_messages, supports_tools
 from localspec.engine.engine import Engine
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.errors import UsageError
 from localspec.serve.answer import THINK_OPEN, AnswerShaper, Delta
 from localspec.serve.errors import ServerNotReady

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from functools import partial
 
 from localspec.catalog.models_toml import CatalogError
 from localspec.catalog.pair_files import download_status, local_pair_paths, pair_states
-from localspec.engine.hardware import gpu_offload_supported
+from localspec.engine.llama.hardware import gpu_offload_supported
 from localspec.machine.device import resident_memory_bytes
 from localspec.tui import messages as m
 from localspec.tui import workers

@@ -11,11 +11,11 @@ from __future__ import annotations
 import statistics
 import sys
 
-from localspec.engine import amx
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.events import Finished
-from localspec.engine.model import Model, ModelConfig
+from localspec.engine.llama import amx
+from localspec.engine.llama.model import Model, ModelConfig
 
 PROMPT = "Write a Python function that parses an ISO 8601 date and explain each step."
 TOKENS = 64

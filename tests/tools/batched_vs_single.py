@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.model import Model, ModelConfig
+from localspec.engine.llama.model import Model, ModelConfig
 from tests.conftest import TINY_SPECS
 from tests.tiny_models import write_tiny_model
 

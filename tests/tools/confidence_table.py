@@ -23,7 +23,7 @@ from localspec.engine.defaults import DRAFT_P_MIN
 from localspec.engine.drafters.auto.agreement import match_class
 from localspec.engine.drafters.auto.confidence import CLASS_EDGES, CONFIDENCE_DECAY
 from localspec.engine.drafters.ngram import NgramDrafter
-from localspec.engine.model import Model, ModelConfig
+from localspec.engine.llama.model import Model, ModelConfig
 
 
 def best_and_probability(model: Model, prompt: Sequence[int], answer: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ import time
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.events import Finished
-from localspec.engine.model import Model, ModelConfig
+from localspec.engine.llama.model import Model, ModelConfig
 from tests import real_pair
 
 PROMPT = "Write a Python function that parses an ISO 8601 date and explain each step."

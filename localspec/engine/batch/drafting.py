@@ -17,7 +17,7 @@ import numpy as np
 
 from localspec.engine.batch.slot import Slot
 from localspec.engine.drafters.base import Draft
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, distribution, greedy_with_confidence
 from localspec.engine.tokens import common_prefix
 

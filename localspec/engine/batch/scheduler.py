@@ -35,7 +35,7 @@ from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.drafters.registry import BATCH_DRAFTERS
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler

@@ -20,7 +20,7 @@ from localspec.engine.stats import GenerationStats
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
     from pathlib import Path
 
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
 
 
 @dataclass

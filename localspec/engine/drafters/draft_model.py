@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
-from localspec.engine.model import Model
+from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, distribution, greedy_with_confidence
 
 

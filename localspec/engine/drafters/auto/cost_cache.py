@@ -6,7 +6,7 @@ times a few short passes, the decode loop refines the table from real steps,
 and the table is saved when a generation ends; the next load reads it and times
 nothing. It is keyed by what the costs depend on: both model files, the
 llama.cpp build (its version and the CPU features and backends it reports),
-the CPU weight buffers in use (AMX or not: engine/amx.py), the thread count and
+the CPU weight buffers in use (AMX or not: engine/llama/amx.py), the thread count and
 the GPU layers.
 """
 
@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
-from localspec.engine import amx, json_cache
+from localspec.engine import json_cache
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
+from localspec.engine.llama import amx
 
 if TYPE_CHECKING:
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
 
 # Bumped when the table's meaning changes: older files are then ignored. 2: a draft token's cost includes its ask's sampling.
 # 3: the draft's passes have their own costs by size. 4: no size's first pass is timed (a GPU's tables priced its batches

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only
-    from localspec.engine.model import Model
+    from localspec.engine.llama.model import Model
 
 DECAY = 0.97  # per observation: the last ~30 steps weigh most
 SPIKE = 2.0  # a pass slower than this many times the estimate is noise, not a cost...

@@ -43,7 +43,7 @@ import numpy as np
 
 from localspec import paths
 from localspec.engine import json_cache
-from localspec.engine.ggml_library import ggml_library
+from localspec.engine.llama.ggml_library import ggml_library
 
 _CPU_DEVICE = 0  # ggml-backend.h's GGML_BACKEND_DEVICE_TYPE_CPU
 _AMX = b"AMX"
@@ -146,7 +146,7 @@ def _probe_in_child() -> tuple[AmxVerdict, bool]:
     """The verdict, and whether it is conclusive (the child ran to an answer or died of the build's fault). A build
     without the AMX kernels is kept as such; a child that finds them but no AMX buffer is not: the cache is per build,
     and another machine, whose kernel grants the tile data, may run the same build."""
-    code = "from localspec.engine import amx; amx.probe_here()"
+    code = "from localspec.engine.llama import amx; amx.probe_here()"
     try:
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:

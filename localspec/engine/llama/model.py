@@ -19,9 +19,10 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.engine import amx, defaults, device_faults, hardware, llama_log, prompt_passes
+from localspec.engine import defaults, prompt_passes
 from localspec.engine.errors import EngineError, ModelLoadError
 from localspec.engine.grammar import Grammar
+from localspec.engine.llama import amx, device_faults, hardware, llama_log
 from localspec.engine.tokens import common_prefix
 
 GGUF_MAGIC = b"GGUF"

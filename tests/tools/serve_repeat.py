@@ -1,0 +1,75 @@
+"""Temperature 0 through the server against `generate --no-draft`, on the bench's prompts (issue 46): not a test, a check.
+
+For each bundled prompt: the reference is `generate --no-draft` (a process of its own, fresh); then one server (the
+drafter and slots given) answers the prompt fresh, again with it cached, and once more after another prompt has taken
+its slot's cache. Every answer is compared with the reference, token text for text; a departure is printed with where
+it starts. With `--drafter none` every answer must equal it; with a drafter, answers may depart at near-ties only.
+
+Run: .venv/bin/python -m tests.tools.serve_repeat --target T.gguf [--draft D.gguf --drafter auto] [--parallel 4] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from localspec.bench.runner import load_prompts
+from tests.live_server import live_server
+
+
+def reference(target: Path, system: str | None, prompt: str, tokens: int) -> str:
+    command = [sys.executable, "-m", "localspec", "generate", "--target", str(target), "--no-draft", "--prompt", prompt,
+               "--max-tokens", str(tokens), "--json"] + (["--system", system] if system else [])
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)["text"]
+
+
+def departure(a: str, b: str) -> int | None:
+    """The first character where two answers differ (None: equal)."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--draft", type=Path)
+    parser.add_argument("--drafter", default="none")
+    parser.add_argument("--parallel", default="1")
+    parser.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args()
+    prompts = load_prompts(None)
+    expected = {p.id: reference(args.target, p.system, p.prompt, args.tokens) for p in prompts}
+    extra = ["--draft", str(args.draft)] if args.draft else []
+    equal = total = 0
+    with tempfile.TemporaryDirectory() as scratch, live_server(Path(scratch), "--target", str(args.target), *extra, "--drafter",
+                                                               args.drafter, "--parallel", args.parallel, "--ctx-size", "8192") as server:
+        for i, prompt in enumerate(prompts):
+            messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.prompt}]
+            other = prompts[(i + 1) % len(prompts)]
+
+            def ask(content: list[dict]) -> tuple[str, int]:
+                status, body = server.request("POST", "/v1/chat/completions", {"messages": content, "max_tokens": args.tokens,
+                                                                              "temperature": 0})
+                assert status == 200, body
+                return body["choices"][0]["message"]["content"], body["timings"]["cache_n"]
+
+            answers = [("fresh", *ask(messages)), ("cached", *ask(messages))]
+            ask([{"role": "user", "content": other.prompt}])
+            answers.append(("after another", *ask(messages)))
+            for label, text, cache_n in answers:
+                total += 1
+                at = departure(text, expected[prompt.id])
+                equal += at is None
+                print(f"{prompt.id:<22} {label:<14} cache_n {cache_n:>4}  " + ("equal" if at is None else f"departs at character {at}"))
+    print(f"\n{equal} of {total} answers equal generate --no-draft ({args.drafter}, {args.parallel} slot(s), {args.tokens} tokens)")
+    return 0 if equal == total or args.drafter != "none" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
