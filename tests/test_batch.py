@@ -6,18 +6,21 @@ The scheduler runs real llama.cpp on the tiny models (the real pair: tests/test_
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from localspec.engine import prompt_passes
+from localspec.engine.batch.planner import BatchPlanner
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import GenerationConfig
+from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import StopReason
-from localspec.engine.sampling import SamplingParams
+from localspec.engine.sampling import SamplingParams, distribution
 from tests.batch_runs import Collected, run_batch
 from tests.conftest import run
-from tests.lossless import assert_lossless
+from tests.lossless import NEAR_TIE_TINY, assert_lossless
 
 PROMPTS = ["tell me something", "hello there", "the theater", "in the other room", "are there trees", "hi", "a", "one more"]
 LONG = "in the other room there are trees, and the theater is over there; " * 6  # several prompt passes long (prompt_passes)
@@ -221,8 +224,12 @@ def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, dra
             prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
         expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
         scheduler = engine.batch(4)
-        if drafter == "hybrid":
-            scheduler.planner, drafter = AlwaysHybridPlanner(scheduler.planner.costs, True), "auto"
+        # Given costs (a GPU's: drafting pays), not timed ones: what auto drafts, and so this test's premise, must not
+        # hang on how busy the machine is (under load auto once drafted 346 tokens in 3000 answers here).
+        costs = CostTable.given({1: 3.3, 2: 3.4, 4: 3.5, 5: 3.63, 8: 3.9, 16: 4.5, 32: 6.0, 64: 9.0, 128: 15.0, 256: 28.0, 512: 55.0},
+                                draft_ms_per_token=0.47)
+        scheduler.planner = AlwaysHybridPlanner(costs, True) if drafter == "hybrid" else BatchPlanner(costs, True)
+        drafter = "auto" if drafter == "hybrid" else drafter
         jobs = [(prompt, GenerationConfig(max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=3,
                                           draft_p_min=0.0), drafter) for seed in range(N_SEEDS)]
         results = run_batch(scheduler, jobs)
@@ -230,7 +237,28 @@ def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, dra
     assert sum(r.run.finished.stats.draft_n for r in results) > N_SEEDS
     if isinstance(scheduler.planner, AlwaysHybridPlanner):
         assert sum(n for r in results for label, n in r.run.finished.stats.decisions.items() if label.startswith("hybrid")) > N_SEEDS // 2
-    assert fit_p_value(samples, expected) > SIGNIFICANCE
+    kept = [sample for sample in samples if sample in expected]
+    strays = [sample for sample in samples if sample not in expected]
+    # A prompt read beside other slots' rows rounds its logits differently, and top-k's boundary can sit at a near-tie
+    # (measured here: the 4th and 5th tokens 0.7% apart): such an answer leaves the single-pass support. Each stray must
+    # be that, and rare; the rest must fit.
+    assert len(strays) <= len(samples) // 100, strays[:10]
+    with Engine(EngineConfig(tiny["target"], n_ctx=2048)) as engine:
+        for sample in strays:
+            assert boundary_gap(engine.target, prompt, sample, SamplingParams(**SAMPLING)) < NEAR_TIE_TINY, sample
+    assert fit_p_value(kept, expected) > SIGNIFICANCE
+
+
+def boundary_gap(model, prompt: list[int], sample: tuple[int, ...], params: SamplingParams) -> float:  # type: ignore[no-untyped-def]
+    """Where `sample` leaves the support: the logit gap between its token and the last token top-k keeps there."""
+    for i, token in enumerate(sample):
+        sequence = [*prompt, *sample[:i]]
+        model.prefill(sequence[:-1])
+        row = np.array(model.decode([sequence[-1]], outputs=1)[0])
+        if token not in distribution(row, params).ids.tolist():
+            kept = np.sort(row)[::-1][params.top_k - 1]
+            return float(kept - row[token])
+    raise AssertionError(f"{sample} never leaves the support")
 
 
 def test_an_answer_that_fills_its_slot_ends_clearly_and_stays_in_its_share(tiny, alone):
