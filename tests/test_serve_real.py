@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import time
 
 import openai
 import pytest
@@ -113,7 +112,8 @@ COUNTING = "Count from 1 to 2000, one number per line.\n1\n2\n3\n4\n5\n"  # a ba
 @pytest.mark.parametrize("parallel", ["1", "2"])
 def test_the_first_sigterm_ends_the_streams_in_flight_and_the_server(real_models, tmp_path, parallel):
     """uvicorn alone waits for every response to end: a stream with no max_tokens went on past 121 s after SIGTERM. The
-    first signal cancels it: its client reads a last event and [DONE], and the server exits within seconds."""
+    first signal cancels it: its client reads a last event and [DONE] long before the slot's context is full, and the
+    server exits without a second signal (the wait below guards against a hang; it measures nothing)."""
     target, _ = real_models
     with live_server(tmp_path, "--target", str(target), "--drafter", "none", "--parallel", parallel, "--ctx-size", "4096") as server:
         host, port = server.url.removeprefix("http://").split(":")
@@ -123,11 +123,10 @@ def test_the_first_sigterm_ends_the_streams_in_flight_and_the_server(real_models
         response = connection.getresponse()
         events = [response.readline() for _ in range(6)]  # three data lines and their blank lines: it is generating
         assert all(line.startswith(b"data: {") for line in events[::2]), events
-        signalled = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         rest = response.read().decode().split("\n\n")
-        exit_code = server.process.wait(timeout=30)
-        stopped_s = time.monotonic() - signalled
+        exit_code = server.process.wait(timeout=300)
     data = [chunk.removeprefix("data: ") for chunk in rest if chunk.startswith("data: ")]
     assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] is not None, data[-3:]
-    assert exit_code in (0, -signal.SIGTERM) and stopped_s < 10, (exit_code, stopped_s)  # uvicorn re-raises the signal it handled
+    assert len(data) < 4096 // int(parallel) // 4  # cut short: before, it streamed until the slot's context was full
+    assert exit_code in (0, -signal.SIGTERM), exit_code  # uvicorn re-raises the signal it handled
