@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from localspec.engine import grammar as engine_grammar
-from localspec.engine.errors import EngineError
+from localspec.engine.grammar import json_grammar
 from localspec.errors import UsageError
 
 FORMATS = "text, json_object or json_schema"
 
 
 def requested_grammar(response_format: Any, json_schema: Any, grammar: Any) -> str | None:
-    """The GBNF the answer is held to, or None for free text; a UsageError names a malformed field."""
+    """The GBNF the answer is held to, or None for free text; a UsageError names a malformed field, and an EngineError a
+    schema the converter cannot turn into a grammar."""
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise UsageError("grammar must be a GBNF grammar as text (llama.cpp's format), with a rule named root.")
         return grammar
     if json_schema is not None:
-        return _gbnf(_schema(json_schema, "json_schema"))
+        return json_grammar(_schema(json_schema, "json_schema"))
     if response_format is None:
         return None
     if not isinstance(response_format, dict) or response_format.get("type") not in ("text", "json_object", "json_schema"):
@@ -28,21 +28,14 @@ def requested_grammar(response_format: Any, json_schema: Any, grammar: Any) -> s
         return None
     if kind == "json_object":  # llama-server also takes a schema here
         schema = response_format.get("schema")
-        return _gbnf(None if schema is None else _schema(schema, "response_format.schema"))
+        return json_grammar(None if schema is None else _schema(schema, "response_format.schema"))
     inner = response_format.get("json_schema")
     if not isinstance(inner, dict) or "schema" not in inner:
         raise UsageError('response_format of type json_schema needs "json_schema": {"name": ..., "schema": {...}}.')
-    return _gbnf(_schema(inner["schema"], "response_format.json_schema.schema"))
+    return json_grammar(_schema(inner["schema"], "response_format.json_schema.schema"))
 
 
 def _schema(value: Any, name: str) -> dict:
     if not isinstance(value, dict):
         raise UsageError(f"{name} must be a JSON schema (an object), not {value!r}.")
     return value
-
-
-def _gbnf(schema: dict | None) -> str:
-    try:
-        return engine_grammar.json_grammar(schema)
-    except EngineError as exc:
-        raise UsageError(str(exc)) from exc

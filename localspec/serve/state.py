@@ -17,7 +17,6 @@ from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, StopReason
-from localspec.engine.grammar import Grammar
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
@@ -76,20 +75,17 @@ class ServerState:
         if max_tokens is not None and max_tokens == 0:
             raise UsageError("max_tokens must be 1 or more (or left out: until the answer ends or the context is full).")
         limit = max_tokens if max_tokens is not None and max_tokens > 0 else self.engine.target.n_ctx  # the context stops it first
-        gbnf = requested_grammar(request.response_format, request.json_schema, request.grammar)
-        if gbnf is not None and drafter == "tree":
+        try:  # a schema the converter refuses, or a grammar llama.cpp cannot parse: the request's fault
+            gbnf = requested_grammar(request.response_format, request.json_schema, request.grammar)
+            grammar = None if gbnf is None else self.engine.target.grammar(gbnf)
+        except EngineError as exc:
+            raise UsageError(str(exc)) from exc
+        if grammar is not None and drafter == "tree":
             raise UsageError("The tree drafter cannot draft under a grammar (response_format, json_schema): pick another drafter.")
         config = GenerationConfig(max_tokens=limit, sampling=sampling, draft_max=draft_max,
                                   draft_p_min=self.options.draft_p_min if p_min is None else p_min, stop=request.stop_strings,
-                                  grammar=None if gbnf is None else self._grammar(gbnf))
+                                  grammar=grammar)
         return drafter, config
-
-    def _grammar(self, gbnf: str) -> Grammar:
-        assert self.engine is not None
-        try:
-            return self.engine.target.grammar(gbnf)
-        except EngineError as exc:  # llama.cpp could not parse it: the request's fault
-            raise UsageError(str(exc)) from exc
 
     def generation_job(self, route: str, drafter: str, build_prompt: PromptBuilder, config: GenerationConfig,
                        time_limit_ms: int = 0, warm_only: bool = False) -> GenerationJob:
