@@ -140,9 +140,8 @@ def cpu_has_amx() -> bool:
 
 
 def test_a_sound_amx_build_loads_and_decodes_with_amx_kept(sound_amx_build: Path, real_models: tuple[Path, Path], tmp_path: Path):
-    """The H200 report: with a sound build, every load died of SIGSEGV in llama_model_load_from_file until settling did
-    nothing. Settling a sound verdict must leave the process as llama.cpp alone would: no extra-buffer query, no
-    feature list read (each made the H200's loads die) and no libggml opened before the load (the probe's child asks
+    """A build whose AMX matmul is sound keeps AMX, and settling its verdict leaves the process as llama.cpp alone would:
+    no extra-buffer query, no feature list read and no libggml opened before the load (the probe's child asks
     instead). First start (probed) and second (cached)."""
     target, _ = real_models
     for start in ("probed", "cached"):

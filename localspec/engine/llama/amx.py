@@ -18,12 +18,8 @@ go to the next entry, the repack buffer with its AVX2/AVX-512 kernels. The verdi
 
 Where the verdict is sound, settling leaves this process as llama.cpp alone would: it asks nothing of ggml before
 the load. Whether AMX may be on offer is read from the CPU's flags here; the build's feature list and its buffers
-are read by the child. On an H200 host with a sound build, every load died of SIGSEGV in llama_model_load_from_file
-when this process had first asked the CPU backend anything: its extra buffers (`ggml_backend_dev_get_extra_bufts`,
-whose first call sets the AMX buffer type up for the process), and, once that was gone, its feature list
-(`llama_print_system_info`, which initialises the CPU backend). It loaded with either call left out. (A CPU-only
-build loads alike either way; the crash needs the CUDA backend.) So this process calls the backend early only where
-it must: to take an unsound AMX out of the list.
+are read by the child. (The H200's load crash, once blamed on these early calls, had another cause: see
+localspec/__init__.py.)
 """
 
 from __future__ import annotations
