@@ -142,7 +142,7 @@ def _decoders(engine: Engine) -> dict[str, Decoder]:
 
 def replay(engine: Engine, requests: list[LineRequest], rounds: int, progress: BenchProgress) -> list[ModeSummary]:
     decoders = _decoders(engine)
-    config = GenerationConfig(max_tokens=LINE_TOKENS, stop=["\n"], draft_max=defaults.AUTO_DRAFT_MAX)
+    config = GenerationConfig(max_tokens=LINE_TOKENS, stop=("\n",), draft_max=defaults.AUTO_DRAFT_MAX)
     prompts = [fim_prompt(engine.target, r.prefix, r.suffix) for r in requests]
     done: dict[str, list[Completion]] = {mode: [] for mode in MODES}
     for round_index in range(rounds):

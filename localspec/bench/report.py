@@ -137,10 +137,10 @@ def _print_categories(result: BenchResult) -> None:
         if not rounds:
             continue
         medians.append((statistics.median(rounds), prompt.id))
-        ceiling = result.ceilings.get(prompt.id)
+        prompt_ceiling = result.ceilings.get(prompt.id)
         lines.append(f"  {prompt.id:<26} {ratio(GenerationStats.total(autos), GenerationStats.total(plains)):5.2f}  "
                      f"median {medians[-1][0]:5.2f} ({rounds[0]:.2f}-{rounds[-1]:.2f})"
-                     + (f"  ceiling {ceiling.ratio:.2f}, median ÷ ceiling {medians[-1][0] / ceiling.ratio:.2f}" if ceiling else ""))
+                     + (f"  ceiling {prompt_ceiling.ratio:.2f}, median ÷ ceiling {medians[-1][0] / prompt_ceiling.ratio:.2f}" if prompt_ceiling else ""))
     if medians:
         slowest = min(medians)
         print(f"auto's slowest prompt: {slowest[1]} at {slowest[0]:.2f} × plain (median of {result.rounds} round(s))")

@@ -11,6 +11,7 @@ import argparse
 import json
 import platform
 from collections.abc import Callable
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import TypeVar
@@ -216,8 +217,8 @@ def _bench_prompt(
         text = render_chat(engine.target, prompt.messages)
         for k in result.ks:
             for p_min in reference_p_mins:
-                run = _reference_step(result, lambda k=k, p_min=p_min: reference.speculative_simple(
-                    args.llama_cpp_bin, args.target, args.draft, text, k, p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
+                run = _reference_step(result, partial(reference.speculative_simple, args.llama_cpp_bin, args.target, args.draft, text, k,
+                                                      p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
                 if run is not None:
                     result.reference.append(ReferenceMeasurement(prompt.id, k, p_min, run))
 

@@ -220,7 +220,7 @@ class _Parser:
 
     def pair(self, index: int, raw: dict[str, Any]) -> Pair:
         pair_id = raw.get("id") if isinstance(raw.get("id"), str) else None
-        ctx = dict(pair_index=index, pair_id=pair_id)
+        ctx: dict[str, Any] = {"pair_index": index, "pair_id": pair_id}
         for key in raw:
             if key not in _PAIR_FIELDS:
                 raise self.fail(f"unknown field {key!r}", f"one of {', '.join(_PAIR_FIELDS)}", key=key, **ctx)

@@ -46,10 +46,14 @@ def model_state(config: HubConfig, ref: ModelRef) -> ModelState:
     if ref.path is not None:
         return ModelState(ref, [ref.path], []) if ref.path.is_file() else ModelState(ref, [], [str(ref.path)])
     assert ref.repo is not None
-    present, missing = [], []
+    present: list[Path] = []
+    missing: list[str] = []
     for file in ref.files:
         path = cache.cached_path(config, ref.repo, file)
-        (present if path is not None else missing).append(path if path is not None else file)
+        if path is not None:
+            present.append(path)
+        else:
+            missing.append(file)
     return ModelState(ref, present, missing)
 
 

@@ -41,7 +41,7 @@ class EngineConfig:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, on_stage: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> None:
+    def __init__(self, config: EngineConfig, on_stage: Callable[[str], object] | None = None, cancel: threading.Event | None = None) -> None:
         """Load the target, then the draft, then check the pair; `on_stage` hears each step, `cancel` is checked between them."""
         self.config = config
         report = on_stage or (lambda _stage: None)

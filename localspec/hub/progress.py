@@ -38,7 +38,7 @@ class DownloadProgress:
         return max(0.0, (self.total_total - self.total_done) / self.bytes_per_second)
 
 
-ProgressCallback = Callable[[DownloadProgress], None]
+ProgressCallback = Callable[[DownloadProgress], object]
 
 
 class RateMeter:

@@ -64,7 +64,7 @@ def is_trusted_network(endpoint: str) -> bool:
     """Loopback or a private network: ggml-rpc-server has no authentication, so anything else is exposed."""
     host = endpoint.rpartition(":")[0].strip("[]")
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
     return all(ipaddress.ip_address(address.split("%")[0]).is_private for address in addresses)  # loopback is private too

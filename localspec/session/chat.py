@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from localspec import paths
 from localspec.catalog.models_toml import Pair
@@ -51,7 +52,7 @@ class LoadedPair:
 
 
 def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
-              on_stage: Callable[[str], None], cancel: threading.Event) -> LoadedPair:
+              on_stage: Callable[[str], object], cancel: threading.Event) -> LoadedPair:
     """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
     on_stage("planning memory")
     plan = plan_pair_on_devices(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers,
@@ -79,7 +80,7 @@ def plain_ms_per_token(engine: Engine) -> float:
     return stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
 
 
-def _last(events) -> Finished:  # type: ignore[no-untyped-def]
+def _last(events: Iterable[object]) -> Finished:
     finished = None
     for event in events:
         finished = event
@@ -178,7 +179,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     return AnswerResult(transcript.text, transcript.runs, finished, snapshot, status, fitted.dropped_messages)
 
 
-def conversation_counts(stats_dicts: list[dict]) -> tuple[int, int]:  # type: ignore[type-arg]
+def conversation_counts(stats_dicts: list[dict[str, Any]]) -> tuple[int, int]:
     """Drafted and accepted tokens over a conversation's stored answers."""
     return (sum(int(s.get("draft_n", 0)) for s in stats_dicts), sum(int(s.get("draft_n_accepted", 0)) for s in stats_dicts))
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from localspec.errors import LocalspecError
 
@@ -74,7 +74,7 @@ class Conversation:
 class StoredMessage:
     id: int
     conversation_id: int
-    role: str
+    role: Literal["user", "assistant"]  # the table's CHECK holds it to these
     content: str
     status: str
     pair_id: str | None
@@ -92,7 +92,7 @@ class History:
     A second localspec writing the same file meanwhile would lose its changes to that write-back.
     """
 
-    def __init__(self, path: Path, on_notice: Callable[[str], None] | None = None, retry_s: float = RETRY_S) -> None:
+    def __init__(self, path: Path, on_notice: Callable[[str], object] | None = None, retry_s: float = RETRY_S) -> None:
         self.path = path
         self._notice = on_notice or (lambda _text: None)
         self._retry_s = retry_s
@@ -272,7 +272,7 @@ class History:
         ).fetchall()
         return [
             StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), json.loads(r[7] or "{}"),
-                          [tuple(run) for run in json.loads(r[8] or "[]")])  # type: ignore[misc]
+                          [tuple(run) for run in json.loads(r[8] or "[]")])
             for r in rows
         ]
 

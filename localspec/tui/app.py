@@ -10,23 +10,20 @@ import re
 import threading
 from collections.abc import Iterable
 from functools import partial
-from pathlib import Path
 
 from textual import on
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from localspec import paths
-from localspec.catalog.models_toml import Catalog, CatalogError, load_catalog, parse_catalog, shipped_catalog_text, user_catalog_path
+from localspec.catalog.models_toml import CatalogError, load_catalog
 from localspec.engine.chat import Message as ChatMessage
 from localspec.engine.chat import with_system
-from localspec.hub.config import HubConfig
-from localspec.session.chat import LoadedPair, conversation_counts
+from localspec.session.chat import conversation_counts
 from localspec.session.history import History, HistoryError
-from localspec.session.settings import Settings, SettingsError, load_settings, save_settings
+from localspec.session.settings import Settings, load_settings
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.conversation_control import ConversationControl
@@ -45,7 +42,7 @@ LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads", "s
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
 
-class LocalspecApp(PairControl, ConversationControl, App[None]):
+class LocalspecApp(PairControl, ConversationControl):
     CSS_PATH = "localspec.tcss"
     TITLE = "localspec"
     # In the footer's order, the screens first: at 80 columns the footer shows about eight, and F1 (which lists
@@ -63,27 +60,6 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         Binding("ctrl+b", "toggle_sidebar", "Chats", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
-
-    def __init__(self, hub_config: HubConfig | None = None, history_path: Path | None = None,
-                 settings_path: Path | None = None, catalog_file: Path | None = None) -> None:
-        super().__init__()
-        self.hub_config = hub_config or HubConfig.from_env()
-        self.history_path = history_path or paths.history_file()
-        self.settings_path = settings_path
-        self.catalog_file = catalog_file or user_catalog_path()
-        self.settings = Settings()
-        self.settings_unsaved = False  # the last save failed (said once, until a save works again)
-        self.catalog: Catalog = parse_catalog(shipped_catalog_text(), "models.toml (shipped with localspec)")
-        self.history: History  # opened on mount
-        self.loaded: LoadedPair | None = None
-        self.loading_pair: str | None = None
-        self.load_cancel: threading.Event | None = None
-        self.answer_cancel: threading.Event | None = None
-        self.pacer = DrawPacer(1)
-        self.streaming: MessageView | None = None
-        self.conversation_id: int | None = None
-        self.download_cancel: threading.Event | None = None
-        self.downloading_pair: str | None = None
 
     # --- layout -------------------------------------------------------------------------------------
 
@@ -251,19 +227,6 @@ class LocalspecApp(PairControl, ConversationControl, App[None]):
         if views and views[-1].role == "assistant":
             await views[-1].remove()
         await self.start_answer()
-
-    def change_settings(self, settings: Settings) -> bool:
-        """Apply `settings` now and save them; where they cannot be saved, say so once and go on with them."""
-        self.settings = settings
-        try:
-            save_settings(settings, self.settings_path)
-        except SettingsError as exc:
-            if not self.settings_unsaved:
-                self.notify(str(exc), severity="warning", timeout=15)
-            self.settings_unsaved = True
-            return False
-        self.settings_unsaved = False
-        return True
 
     def action_toggle_tint(self) -> None:
         self.change_settings(self.settings.with_changes(tint_accepted=not self.settings.tint_accepted))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from textual.containers import VerticalScroll
 from textual.widgets import ListView
 
+from localspec.tui.app_state import AppState
 from localspec.tui.conversation_list import ConversationItem, ConversationList
 from localspec.tui.dialogs import ConfirmDialog, TextDialog
 from localspec.tui.message_view import MessageView, answer_note
@@ -15,7 +16,7 @@ from localspec.tui.prompt_input import PromptInput
 from localspec.tui.stats_panel import StatsPanel
 
 
-class ConversationControl:
+class ConversationControl(AppState):
     def busy(self) -> bool:
         """True (and the user told why) while an answer streams: the conversation must not change under it."""
         if self.answer_cancel is not None:
@@ -50,7 +51,7 @@ class ConversationControl:
             self.query_one(PromptInput).focus()
 
     def action_rename_conversation(self) -> None:
-        conversation = self.history.conversation(self.conversation_id)
+        conversation = self.history.conversation(self.shown_conversation())
 
         def renamed(title: str | None) -> None:
             if title and title.strip():
@@ -62,7 +63,7 @@ class ConversationControl:
     def action_delete_conversation(self) -> None:
         if self.busy():
             return
-        conversation = self.history.conversation(self.conversation_id)
+        conversation = self.history.conversation(self.shown_conversation())
 
         def confirmed(yes: bool | None) -> None:
             if yes:
@@ -73,7 +74,7 @@ class ConversationControl:
         self.push_screen(ConfirmDialog(f"Delete “{conversation.title}” and all its messages?", yes="Delete"), confirmed)
 
     def action_edit_system_prompt(self) -> None:
-        conversation = self.history.conversation(self.conversation_id)
+        conversation = self.history.conversation(self.shown_conversation())
 
         def edited(text: str | None) -> None:
             if text is not None:

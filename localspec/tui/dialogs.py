@@ -55,7 +55,7 @@ class TextDialog(ModalScreen["str | None"]):
 
     def action_save(self) -> None:
         widget = self.query_one("#value")
-        self.dismiss(widget.text if isinstance(widget, TextArea) else widget.value)  # type: ignore[union-attr]
+        self.dismiss(widget.text if isinstance(widget, TextArea) else self.query_one("#value", Input).value)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "save":

@@ -15,13 +15,14 @@ from localspec.engine.llama.hardware import gpu_offload_supported
 from localspec.machine.device import resident_memory_bytes
 from localspec.tui import messages as m
 from localspec.tui import workers
+from localspec.tui.app_state import AppState
 from localspec.tui.device_line import DeviceLine
 from localspec.tui.dialogs import ConfirmDialog
 from localspec.tui.download_dialog import DownloadDialog
 from localspec.units import format_bytes
 
 
-class PairControl:
+class PairControl(AppState):
     def open_pair(self, pair_id: str) -> None:
         """Load the pair if its files are here; else offer to download it."""
         pair = self.catalog.get(pair_id)

@@ -101,7 +101,6 @@ class BatchDraftModel:
             piece = entries[start : start + n_batch]
             rows = self.model.decode_sequences(piece)
             for row_index in range(sum(1 for entry in piece if entry[3])):
-                assert rows is not None
                 self._choose(owners[owner_index], rows[row_index])
                 owner_index += 1
 

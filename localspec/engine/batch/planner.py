@@ -191,8 +191,9 @@ class BatchPlanner:
             whole = self.costs.draft_batch(sum(max(1, options.pending) + choice.lookup_k for choice, options in drafting))
             missed = [max(1, options.pending) - 1 for _, options in drafting]
             share = 1.0
-            if spread and sum(missed):
-                share = sum(m / options.belief.resume_runs.expected for m, (_, options) in zip(missed, drafting)) / sum(missed)
+            n_missed = sum(missed)
+            if spread and n_missed:
+                share = sum(m / options.belief.resume_runs.expected for m, (_, options) in zip(missed, drafting)) / n_missed
             ms += first + (whole - first) * share
             for depth in range(2, max(choice.model_k for choice, _ in drafting) + 1):
                 ms += self.costs.draft_batch(sum(1 for choice, _ in drafting if choice.model_k >= depth))

@@ -135,18 +135,18 @@ class BatchScheduler:
         """End every running request with `error` and empty the caches (after a failed pass, what they hold is unknown)."""
         for slot in self.slots:
             if slot.generation is not None:
-                slot.generation.request.fail(error)
+                slot.job.request.fail(error)
                 slot.generation = None
             self._free(slot)
 
     def _step(self) -> None:
         for slot in self.slots:
             if slot.generation is not None and slot.generation.request.cancel.is_set():
-                prompt = slot.generation.prompt
+                prompt = slot.job.prompt
                 self._finish(slot, StopReason.CANCELLED)
                 self._keep_prompt_only(slot, prompt)  # a client that left takes its answer's cells with it, at once
         generating = [slot for slot in self.slots if slot.busy and not slot.prefilling and self._may_generate(slot)]
-        reading = sorted((slot for slot in self.slots if slot.prefilling), key=lambda slot: slot.generation.arrival)
+        reading = sorted((slot for slot in self.slots if slot.prefilling), key=lambda slot: slot.job.arrival)
         if not generating and not reading:
             return
         step_start = time.perf_counter_ns()
@@ -163,11 +163,11 @@ class BatchScheduler:
             for slot in reading:
                 if budget <= 0:
                     break
-                chunk = slot.generation.prompt[len(slot.cached) : len(slot.cached) + budget]
+                chunk = slot.job.prompt[len(slot.cached) : len(slot.cached) + budget]
                 chunks.append((slot, chunk))
                 budget -= len(chunk)
         elif reading:  # a prompt alone in its pass, cut as prompt_passes says: its cells come out as a fresh read's
-            slot, prompt = reading[0], reading[0].generation.prompt
+            slot, prompt = reading[0], reading[0].job.prompt
             chunks.append((slot, prompt[len(slot.cached) : prompt_passes.next_pass_end(len(slot.cached), len(prompt), n_batch)]))
         steps = self._drafts(generating, options, choices)
         draft_end = time.perf_counter_ns()
@@ -178,46 +178,42 @@ class BatchScheduler:
             entries += [(token, pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
         n_verify = len(entries)  # a draft may stop short of its K (p_min)
         for slot, chunk in chunks:
-            ends = len(slot.cached) + len(chunk) == len(slot.generation.prompt)  # the prompt's last token: its row judges the first
+            ends = len(slot.cached) + len(chunk) == len(slot.job.prompt)  # the prompt's last token: its row judges the first
             entries += [(token, len(slot.cached) + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
         rows = self.target.decode_sequences(entries)
         target_end = time.perf_counter_ns()
         spent = self._decode_ns() - ns_before  # the drafts' passes and this one: the step's llama time, counted before a slot can finish
         for step in steps:
-            assert step.slot.generation is not None
-            step.slot.generation.llama_ns += spent
+            step.slot.job.llama_ns += spent
         if steps and not chunks:
             self.planner.observe_verify(n_verify, (target_end - draft_end) / 1e6)
 
         offset = 0
         for step in steps:
             n = len(step.draft.tokens) + 1
-            assert rows is not None
             self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6, (target_end - draft_end) / 1e6)
             offset += n
         for slot, chunk in chunks:
-            start, n_prompt = len(slot.cached), len(slot.generation.prompt)
+            start, n_prompt = len(slot.cached), len(slot.job.prompt)
             if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk), n_prompt):
                 slot.canonical = start + len(chunk)
             slot.cached.extend(chunk)
         if self.drafting is not None:
             # The draft model reads along for `model` slots only: auto may never pick it, and prices the catch-up when it does.
-            self.drafting.read([slot for slot, _ in chunks if slot.generation.request.drafter == "model"])
+            self.drafting.read([slot for slot, _ in chunks if slot.job.request.drafter == "model"])
         now = time.perf_counter_ns()
         for slot, _ in chunks:
             if not slot.prefilling:
-                slot.generation.stats.prompt_ms = (now - slot.generation.started_ns) / 1e6
-                slot.generation.generating_since_ns = now
-                assert rows is not None
+                slot.job.stats.prompt_ms = (now - slot.job.started_ns) / 1e6
+                slot.job.generating_since_ns = now
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
         if steps:
             self.planner.observe_overhead((time.perf_counter_ns() - step_start - (self._decode_ns() - ns_before)) / 1e6)
 
-    def _first_token(self, slot: Slot, row: object) -> None:
+    def _first_token(self, slot: Slot, row: np.ndarray) -> None:
         """Judge and emit the answer's first token on the row of the prompt's last token (n_predict 0: none)."""
-        generation = slot.generation
-        assert generation is not None
+        generation = slot.job
         config = generation.request.config
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
@@ -240,8 +236,7 @@ class BatchScheduler:
         return True
 
     def _options(self, slot: Slot, k_limit: int) -> SlotOptions:
-        generation = slot.generation
-        assert generation is not None
+        generation = slot.job
         config, stats = generation.request.config, generation.stats
         room = self.share - len(slot.cached) - 1
         cap = max(0, min(config.draft_max, k_limit, room, config.max_tokens - stats.predicted_n - 1))
@@ -306,8 +301,7 @@ class BatchScheduler:
                 self.planner.observe_draft_pass(n_tokens, ms)
         steps = []
         for slot, option, choice in zip(generating, options, choices):
-            generation = slot.generation
-            assert generation is not None
+            generation = slot.job
             slot.belief.looked(option.lookup)
             self.planner.watch_lookup(generation.shadows, option.lookup, slot.belief.confidence.unsure)
             if choice.model_k:
@@ -329,18 +323,16 @@ class BatchScheduler:
     def _model_sampling(slot: Slot) -> tuple[float, SamplingParams | None, np.random.Generator]:
         """How the draft model drafts for the slot: its p_min; greedily (None) or sampled from q; the slot's rng. auto's
         drafts are greedy at T > 0 too, judged one draw a position, so a seed repeats whatever it chose (AutoDrafter)."""
-        generation = slot.generation
-        assert generation is not None
+        generation = slot.job
         config = generation.request.config
         greedy = config.sampling.greedy or config.verification == "sample-match" or generation.request.drafter == "auto"
         sampling = None if greedy else config.sampling
         return config.draft_p_min, sampling, generation.rng
 
-    def _settle(self, step: _Step, rows: object, draft_ms: float, verify_ms: float) -> None:
+    def _settle(self, step: _Step, rows: np.ndarray, draft_ms: float, verify_ms: float) -> None:
         """Verify one slot's draft on its rows, roll its sequence back past the rejection, emit its tokens."""
         slot, draft = step.slot, step.draft
-        generation = slot.generation
-        assert generation is not None
+        generation = slot.job
         config, stats = generation.request.config, generation.stats
         verdict = judge(draft, rows, config, generation.rng)
         if generation.request.drafter != "none":
@@ -369,8 +361,7 @@ class BatchScheduler:
 
     def _finish(self, slot: Slot, reason: StopReason, message: str = "") -> None:
         """End the slot's generation: the text held back, then Finished. Its cells stay, as a prompt cache."""
-        generation = slot.generation
-        assert generation is not None
+        generation = slot.job
         stats, emit = generation.stats, generation.request.emit
         tail = "" if generation.text.stopped else generation.text.flush()
         if tail:

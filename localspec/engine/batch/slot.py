@@ -70,6 +70,13 @@ class Slot:
         return self.generation is not None
 
     @property
+    def job(self) -> Generation:
+        """The request a busy slot runs (the scheduler asks only busy slots)."""
+        if self.generation is None:
+            raise AssertionError(f"slot {self.seq} is idle: it runs no request")
+        return self.generation
+
+    @property
     def prefilling(self) -> bool:
         """Still reading its prompt (the pass that reads its last token judges the answer's first)."""
         return self.generation is not None and len(self.cached) < len(self.generation.prompt)

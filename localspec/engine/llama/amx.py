@@ -275,7 +275,7 @@ def _extra_buffer_array() -> ctypes.Array | None:
 
 
 def _entries(array: ctypes.Array) -> list[int]:
-    entries = []
+    entries: list[int] = []
     while array and array[len(entries)]:
         entries.append(array[len(entries)])
     return entries
