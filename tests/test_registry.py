@@ -13,6 +13,7 @@ from localspec.engine.drafters.registry import DEFAULT, DRAFTERS, spec
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.errors import UsageError
+from localspec.session.generation_request import Asked, resolve
 from localspec.session.settings import Settings, SettingsError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -21,7 +22,9 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def test_the_command_line_offers_exactly_the_registry():
     generate = build_parser()._subparsers._group_actions[0].choices["generate"]  # type: ignore[union-attr]
     drafter = next(action for action in generate._actions if action.dest == "drafter")
-    assert list(drafter.choices) == list(DRAFTERS) and drafter.default == DEFAULT
+    # Not given, the drafter is the request resolver's default, as the server's and the app's are.
+    assert list(drafter.choices) == list(DRAFTERS) and drafter.default is None and f"(default {DEFAULT})" in drafter.help
+    assert resolve(Asked(), draft_model=False, context=512).drafter == DEFAULT
     for row in DRAFTERS.values():
         assert row.description in drafter.help
 

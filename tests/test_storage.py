@@ -124,7 +124,7 @@ def test_a_setting_of_the_wrong_type_costs_only_itself_and_is_said_in_jsons_word
     assert (settings.temperature, settings.draft_max, settings.tint_accepted) == (0.5, None, False)
     assert note is not None
     for said in ("threads = 1.5 (threads must be a whole number or null, not 1.5)", "seed = true", "last_pair = 42 (last pair must be text",
-                 'max_tokens = "lots" (max tokens must be a whole number, not "lots")', 'tint_accepted = "yes" (tint accepted must be true or false'):
+                 'max_tokens = "lots" (max tokens must be a whole number or null, not "lots")', 'tint_accepted = "yes" (tint accepted must be true or false'):
         assert said in note, note
     assert "not supported between" not in note and "interpreted as an integer" not in note
     save_settings(settings, path)

@@ -23,6 +23,7 @@ from localspec.bench.outputs import check_outputs, save_outputs, write_json
 from localspec.bench.progress import BenchProgress
 from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
+from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
 from localspec.engine.decode import Decoder, GenerationConfig
@@ -36,6 +37,7 @@ from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
 from localspec.machine.device import device_record
+from localspec.session.generation_request import draft_p_min
 
 # Every fixed drafter: auto runs beside them, and plain decoding is the baseline of every ratio.
 BENCH_DRAFTERS = tuple(name for name in registry.DRAFTERS if name not in ("auto", "none"))
@@ -139,9 +141,11 @@ def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max
     return modes
 
 
-def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
-    """The sweep the command line's arguments ask for, on the pair `engine_config` loads (the command line resolved it)."""
+def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair | None = None) -> int:
+    """The sweep the command line's arguments ask for, on the pair `engine_config` loads (the command line resolved it;
+    `pair`: the catalog's, whose recommended p-min applies where --draft-p-min is not given)."""
     check_outputs(args)
+    p_min = draft_p_min(args.draft_p_min, pair)
     ks = parse_ks(args.draft_max)
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = select_prompts(load_prompts(args.prompts), args.only)
@@ -168,7 +172,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
             _llama_bench(args, engine, result)
             for round_index in range(args.rounds):
                 for index, prompt in enumerate(prompts):
-                    _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result, progress)
+                    _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result, progress, p_min)
                     write_json(args, result)
             _llama_bench(args, engine, result)
         except KeyboardInterrupt:
@@ -186,7 +190,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig) -> int:
 
 def _bench_prompt(
     args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, index: int, reference_p_mins: list[float], round_index: int,
-    result: BenchResult, progress: BenchProgress,
+    result: BenchResult, progress: BenchProgress, p_min: float,
 ) -> None:
     """Every mode, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike.
 
@@ -198,7 +202,7 @@ def _bench_prompt(
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed + index)
     runs: dict[Mode, Measurement] = {}
     for mode in modes[shift:] + modes[:shift]:
-        config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=args.draft_p_min,
+        config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=p_min,
                                   verification=mode.verification, record_margins=args.margins)  # type: ignore[arg-type]
         decoder = engine.decoder(mode.drafter)
         decoder.drafter.forget_requests()  # each prompt is a session of its own: a round's repeat is not drafted from memory

@@ -35,7 +35,7 @@ def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 
 RULES = (
-    Rule("--max-tokens", lambda v: v >= 1, "a whole number, 1 or more"),
+    Rule("--max-tokens", _optional(lambda v: v >= 1), "a whole number, 1 or more"),
     Rule("--ctx-size", lambda v: v >= defaults.MIN_N_CTX, f"a whole number, {defaults.MIN_N_CTX} or more"),
     Rule("--threads", _optional(lambda v: v >= 1), "a whole number, 1 or more"),
     Rule("--draft-p-min", _optional(lambda v: 0.0 <= v <= 1.0), "a probability from 0 to 1"),

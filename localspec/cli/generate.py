@@ -8,25 +8,20 @@ import sys
 
 from localspec.cli.pair_args import engine_config_from_args, memory_plan_from_args, resolve_models
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens, with_system
-from localspec.engine.decode import GenerationConfig
-from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
-from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
-from localspec.errors import UsageError
 from localspec.machine.device import device_record
+from localspec.session.generation_request import Asked, resolve
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    resolve_models(args)
-    if args.no_draft:
-        args.drafter, args.draft_max = "none", 0
-    elif args.draft is None and registry.DRAFTERS[args.drafter].needs_draft_model:  # said before the target loads
-        raise UsageError(f"--drafter {args.drafter} needs a draft model: give --draft (or --pair), "
-                         f"or pick one that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
-    config = _generation_config(args)
+    pair = resolve_models(args)
+    asked = Asked(drafter="none" if args.no_draft else args.drafter, draft_max=0 if args.no_draft else args.draft_max,
+                  draft_p_min=args.draft_p_min, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, verification=args.verification, stop=tuple(args.stop))
+    request = resolve(asked, draft_model=args.draft is not None, context=args.ctx_size, pair=pair)  # said before anything loads
     plan = memory_plan_from_args(args, with_draft=not args.no_draft)
     for warning in plan.warnings:
         print(f"localspec: warning: {warning}", file=sys.stderr)
@@ -40,7 +35,7 @@ def run_generate(args: argparse.Namespace) -> int:
         tokens: list[int] = []
         finished: Finished | None = None
         try:
-            for event in engine.decoder(args.drafter).generate(prompt, config):
+            for event in engine.decoder(request.drafter).generate(prompt, request.config):
                 if isinstance(event, TokenEvent):
                     pieces.append(event.text)
                     if event.token >= 0:
@@ -73,12 +68,6 @@ def run_generate(args: argparse.Namespace) -> int:
             print(f"localspec: {finished.message}", file=sys.stderr)
         print(_summary_line(stats), file=sys.stderr)
     return 0
-
-
-def _generation_config(args: argparse.Namespace) -> GenerationConfig:
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
-    return GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=args.draft_max, draft_p_min=args.draft_p_min,
-                            verification=args.verification, stop=tuple(args.stop))
 
 
 def _summary_line(stats: GenerationStats) -> str:

@@ -54,7 +54,7 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_draft_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("speculation")
-    group.add_argument("--drafter", choices=list(registry.DRAFTERS), default=registry.DEFAULT, metavar="NAME",
+    group.add_argument("--drafter", choices=list(registry.DRAFTERS), metavar="NAME",
                        help="; ".join(f"{d.name}: {d.description}" for d in registry.DRAFTERS.values()) + f" (default {registry.DEFAULT})")
     group.add_argument("--self-layers", type=int, help="blocks of the target the self drafter keeps (default: a quarter)")
     group.add_argument("--draft-max", type=int, help=f"most tokens drafted per step, K (default: {defaults.AUTO_DRAFT_MAX} for auto; "
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     given.add_argument("--prompt-file", type=Path, help="read the user's message from this UTF-8 text file")
     generate.add_argument("--system", help="system prompt")
     generate.add_argument("--raw", action="store_true", help="use the prompt as plain text, without the chat template")
-    generate.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS)
+    generate.add_argument("--max-tokens", type=int, help="most tokens in the answer (default: until it ends or the context is full)")
     generate.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     generate.add_argument("--no-draft", action="store_true", help="plain decoding with the target alone")
     generate.add_argument("--json", action="store_true", help="print one JSON object with text, tokens and statistics")
@@ -197,10 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from localspec.bench.runner import run_bench
             from localspec.cli.pair_args import engine_config_from_args, resolve_models
 
-            resolve_models(args)
+            pair = resolve_models(args)
             if args.bench_command == "autocomplete":
                 return run_autocomplete(args, engine_config_from_args(args))
-            return run_bench(args, engine_config_from_args(args))
+            return run_bench(args, engine_config_from_args(args), pair)
         if args.command == "bench-serve":
             from localspec.bench.load import run_bench_serve
 

@@ -9,9 +9,8 @@ import argparse
 import sys
 
 from localspec import paths
-from localspec.catalog.models_toml import CatalogError, load_catalog
+from localspec.catalog.models_toml import CatalogError, Pair, load_catalog
 from localspec.catalog.pair_files import local_pair_paths
-from localspec.engine import defaults
 from localspec.engine.engine import EngineConfig
 from localspec.errors import UsageError
 from localspec.hub.config import HubConfig
@@ -19,20 +18,18 @@ from localspec.machine.memory_plan import MemoryPlan
 from localspec.machine.remote_plan import plan_pair_on_devices
 
 
-def resolve_models(args: argparse.Namespace) -> None:
-    """--pair ID becomes the pair's downloaded files and its recommended draft settings; else --target is required."""
-    pair = None
-    if args.pair:
-        if args.target or args.draft:
-            raise CatalogError("Give --pair, or --target (and --draft), not both.")
-        pair = load_catalog().get(args.pair)
-        args.target, args.draft = local_pair_paths(HubConfig.from_env(), pair)
-    elif args.target is None:
-        raise CatalogError("Name the models: --pair ID (see `localspec list`), or --target PATH [--draft PATH].")
-    if args.draft_p_min is None:
-        args.draft_p_min = pair.draft_p_min if pair and pair.draft_p_min is not None else defaults.DRAFT_P_MIN
-    if args.command == "generate" and args.draft_max is None:  # bench sweeps its own list of K
-        args.draft_max = defaults.draft_max_for(args.drafter, pair.draft_max if pair else None)
+def resolve_models(args: argparse.Namespace) -> Pair | None:
+    """--pair ID becomes the pair's downloaded files in args.target and args.draft, and the pair (whose recommended draft
+    settings the request resolver reads); else --target is required."""
+    if not args.pair:
+        if args.target is None:
+            raise CatalogError("Name the models: --pair ID (see `localspec list`), or --target PATH [--draft PATH].")
+        return None
+    if args.target or args.draft:
+        raise CatalogError("Give --pair, or --target (and --draft), not both.")
+    pair = load_catalog().get(args.pair)
+    args.target, args.draft = local_pair_paths(HubConfig.from_env(), pair)
+    return pair
 
 
 def _runs_self_draft(args: argparse.Namespace) -> bool:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from localspec.engine import defaults
+from localspec.catalog.models_toml import Pair
 from localspec.engine.drafters import registry
 from localspec.errors import UsageError
+from localspec.session.generation_request import Asked
 
 LOOPBACK_NAMES = ("localhost",)
 MAX_PARALLEL = 64
@@ -21,10 +22,16 @@ class ServeOptions:
     api_key: str | None = None
     alias: str = "localspec"
     drafter: str = registry.DEFAULT
-    draft_max: int | None = None  # None: the drafter's default (auto's cap, else llama.cpp's K)
-    draft_p_min: float = defaults.DRAFT_P_MIN
+    draft_max: int | None = None  # None: the drafter's default (auto's cap, else the pair's K, else llama.cpp's)
+    draft_p_min: float | None = None  # None: the pair's, else the default
+    pair: Pair | None = None  # the catalog's pair served (--pair): its recommended K and p-min
     insecure_no_api_key: bool = False  # the user's explicit choice to listen beyond this machine without a key
     parallel: int = 1  # slots: requests generated at once, batched together
+
+    @property
+    def standing(self) -> Asked:
+        """What a request that says nothing of speculation gets (the request resolver layers requests over it)."""
+        return Asked(drafter=self.drafter, draft_max=self.draft_max, draft_p_min=self.draft_p_min)
 
 
 def is_loopback(host: str) -> bool:

@@ -11,13 +11,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from localspec.engine import defaults
 from localspec.engine.decode import GenerationConfig
-from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, StopReason
-from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
 from localspec.serve.jobs import GenerationJob, PromptBuilder
@@ -26,6 +23,7 @@ from localspec.serve.options import ServeOptions
 from localspec.serve.requests import SamplingFields
 from localspec.serve.response_format import requested_grammar
 from localspec.serve.worker import GenerationWorker, Worker
+from localspec.session.generation_request import SERVER_NAMES, Asked, resolve
 from localspec.session.plain_rate import updated_plain_ms
 
 
@@ -46,46 +44,21 @@ class ServerState:
         return self.engine.target.n_ctx // self.options.parallel
 
     def generation(self, request: SamplingFields, max_tokens: int | None) -> tuple[str, GenerationConfig]:
-        """The drafter and the engine's settings for a request: its own fields, else the server's options."""
+        """The drafter and the engine's settings for a request: its own fields, else the server's options (resolve's rules)."""
         assert self.engine is not None
         refuse_unsupported(request)
-        drafter = request.option("localspec.drafter") or self.options.drafter
-        if drafter not in registry.DRAFTERS:
-            raise UsageError(f"localspec.drafter must be one of {', '.join(registry.DRAFTERS)}, not {drafter!r}.")
-        if registry.DRAFTERS[drafter].needs_draft_model and self.engine.draft is None:
-            drafter = "none"
-        n_max = _number(request.option("speculative.n_max"), "speculative.n_max", int)
-        p_min = _number(request.option("speculative.p_min"), "speculative.p_min", float)
-        draft_max = n_max if n_max is not None else self.options.draft_max
-        draft_max = draft_max if draft_max is not None else defaults.draft_max_for(drafter, None)
-        if not 0 <= draft_max <= defaults.DRAFT_MAX_LIMIT:
-            raise UsageError(f"speculative.n_max must be from 0 to {defaults.DRAFT_MAX_LIMIT}, not {draft_max}.")
-        if p_min is not None and not 0.0 <= p_min <= 1.0:
-            raise UsageError(f"speculative.p_min must be from 0 to 1, not {p_min}.")
-        if draft_max == 0:
-            drafter = "none"
-        sampling = SamplingParams(
-            temperature=defaults.TEMPERATURE if request.temperature is None else request.temperature,
-            top_k=defaults.TOP_K if request.top_k is None else request.top_k,
-            top_p=defaults.TOP_P if request.top_p is None else request.top_p,
-            min_p=defaults.MIN_P if request.min_p is None else request.min_p,
-            seed=request.seed,
-        )
-        sampling.validate()
-        if max_tokens is not None and max_tokens == 0:
-            raise UsageError("max_tokens must be 1 or more (or left out: until the answer ends or the context is full).")
-        limit = max_tokens if max_tokens is not None and max_tokens > 0 else self.engine.target.n_ctx  # the context stops it first
         try:  # a schema the converter refuses, or a grammar llama.cpp cannot parse: the request's fault
             gbnf = requested_grammar(request.response_format, request.json_schema, request.grammar)
             grammar = None if gbnf is None else self.engine.target.grammar(gbnf)
         except EngineError as exc:
             raise UsageError(str(exc)) from exc
-        if grammar is not None and drafter == "tree":
-            raise UsageError("The tree drafter cannot draft under a grammar (response_format, json_schema): pick another drafter.")
-        config = GenerationConfig(max_tokens=limit, sampling=sampling, draft_max=draft_max,
-                                  draft_p_min=self.options.draft_p_min if p_min is None else p_min, stop=request.stop_strings,
-                                  grammar=grammar)
-        return drafter, config
+        asked = Asked(drafter=request.option("localspec.drafter"), draft_max=_number(request.option("speculative.n_max"), "speculative.n_max", int),
+                      draft_p_min=_number(request.option("speculative.p_min"), "speculative.p_min", float), max_tokens=max_tokens,
+                      temperature=request.temperature, top_k=request.top_k, top_p=request.top_p, min_p=request.min_p, seed=request.seed,
+                      stop=request.stop_strings, grammar=grammar)
+        resolved = resolve(asked.over(self.options.standing), draft_model=self.engine.draft is not None, context=self.engine.target.n_ctx,
+                           pair=self.options.pair, names=SERVER_NAMES)
+        return resolved.drafter, resolved.config
 
     def generation_job(self, route: str, drafter: str, build_prompt: PromptBuilder, config: GenerationConfig,
                        time_limit_ms: int = 0, warm_only: bool = False) -> GenerationJob:

@@ -16,16 +16,15 @@ from typing import Any
 
 from localspec import paths
 from localspec.catalog.models_toml import Pair
-from localspec.engine import defaults
 from localspec.engine.chat import Message
 from localspec.engine.decode import Decoder, GenerationConfig
-from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, StopReason
 from localspec.machine.device import OffloadedLayers, backend_name, offloaded_layers
 from localspec.machine.memory_plan import MemoryPlan
 from localspec.machine.remote_plan import plan_pair_on_devices
 from localspec.session.context_fit import answer_room, fit_conversation
+from localspec.session.generation_request import APP_NAMES, resolve
 from localspec.session.history import History
 from localspec.session.live_stats import LiveStats, StatsSnapshot
 from localspec.session.settings import Settings
@@ -125,10 +124,6 @@ class _Transcript:
         return "".join(self.parts)
 
 
-def generation_config(settings: Settings, draft_max: int) -> GenerationConfig:
-    return GenerationConfig(max_tokens=settings.max_tokens, sampling=settings.sampling, draft_max=draft_max, draft_p_min=settings.draft_p_min)
-
-
 def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Settings, history: History, message_id: int,
                   cancel: threading.Event, on_update: Callable[[AnswerUpdate], None],
                   conversation_counts: tuple[int, int] = (0, 0), ready: Callable[[], bool] = lambda: True) -> AnswerResult:
@@ -139,11 +134,8 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     queue, so drawing never falls behind and never takes CPU the models need.
     """
     engine = loaded.engine
-    drafter = "none" if engine.draft is None and registry.DRAFTERS[settings.drafter].needs_draft_model else settings.drafter
-    draft_max = settings.draft_max if settings.draft_max is not None else defaults.draft_max_for(drafter, loaded.pair.draft_max)
-    if drafter == "none" or draft_max == 0:
-        drafter, draft_max = "none", 0
-    decoder: Decoder = engine.decoder(drafter)
+    request = resolve(settings.asked, draft_model=engine.draft is not None, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES)
+    decoder: Decoder = engine.decoder(request.drafter)
     fitted = fit_conversation(engine.target, messages, answer_room(engine.target.n_ctx, settings.max_tokens))
     prompt = fitted.tokens
     live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
@@ -152,7 +144,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     last_update = last_save = time.perf_counter()
     finished: Finished | None = None
     try:
-        for event in decoder.generate(prompt, generation_config(settings, draft_max), cancel):
+        for event in decoder.generate(prompt, request.config, cancel):
             if isinstance(event, Finished):
                 finished = event
                 break

@@ -19,9 +19,10 @@ class FittedPrompt:
     dropped_messages: int  # the oldest messages left out (0: the whole conversation fits)
 
 
-def answer_room(n_ctx: int, max_tokens: int) -> int:
-    """Tokens kept free for the answer: what was asked for, up to half the context (a long conversation still gets a turn)."""
-    return min(max_tokens, n_ctx // 2)
+def answer_room(n_ctx: int, max_tokens: int | None) -> int:
+    """Tokens kept free for the answer: what was asked for (None: no limit), up to half the context (a long
+    conversation still gets a turn)."""
+    return min(max_tokens or n_ctx, n_ctx // 2)
 
 
 def fit_conversation(model: Model, messages: list[Message], room: int) -> FittedPrompt:

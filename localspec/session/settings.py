@@ -18,9 +18,9 @@ from localspec import paths
 from localspec.engine import defaults
 from localspec.engine.drafters import registry
 from localspec.engine.errors import SamplingSettingsError
-from localspec.engine.sampling import SamplingParams
 from localspec.errors import LocalspecError, UsageError, os_error_advice
 from localspec.machine import rpc
+from localspec.session.generation_request import APP_NAMES, Asked, resolve
 
 
 class SettingsError(LocalspecError):
@@ -31,13 +31,13 @@ class SettingsError(LocalspecError):
 class Settings:
     drafter: str = registry.DEFAULT
     draft_max: int | None = None  # None: defaults.draft_max_for(drafter, the pair's recommendation)
-    draft_p_min: float = defaults.DRAFT_P_MIN
+    draft_p_min: float | None = None  # None: the pair's recommendation, else defaults.DRAFT_P_MIN
     temperature: float = defaults.TEMPERATURE
     top_k: int = defaults.TOP_K
     top_p: float = defaults.TOP_P
     min_p: float = defaults.MIN_P
     seed: int | None = None
-    max_tokens: int = 2048
+    max_tokens: int | None = None  # None: until the answer ends or the context is full
     n_ctx: int = defaults.N_CTX
     target_gpu_layers: int | None = None  # None: the memory planner decides (localspec.machine.memory_plan)
     draft_gpu_layers: int | None = None
@@ -50,11 +50,11 @@ class Settings:
     def validate(self) -> Settings:
         for field in fields(self):
             _check_type(field.name, str(field.type), getattr(self, field.name))
+        try:  # what an answer is generated with: the rules every door's requests meet (session/generation_request.py)
+            resolve(self.asked, draft_model=True, context=self.n_ctx, names=APP_NAMES)
+        except (UsageError, SamplingSettingsError) as exc:
+            raise SettingsError(f"Invalid setting: {exc}") from None
         checks = [
-            (self.drafter in registry.DRAFTERS, f"drafter must be one of {', '.join(registry.DRAFTERS)}"),
-            (self.draft_max is None or 0 <= self.draft_max <= defaults.DRAFT_MAX_LIMIT, f"draft-max must be 0 to {defaults.DRAFT_MAX_LIMIT}"),
-            (0.0 <= self.draft_p_min <= 1.0, "draft p-min must be 0 to 1"),
-            (self.max_tokens >= 1, "max tokens must be 1 or more"),
             (self.n_ctx >= defaults.MIN_N_CTX, f"context size must be {defaults.MIN_N_CTX} or more"),
             (self.threads is None or self.threads >= 1, "threads must be 1 or more"),
             (self.self_draft_layers is None or self.self_draft_layers >= 1, "self-draft layers must be 1 or more"),
@@ -68,15 +68,13 @@ class Settings:
                 rpc.parse_endpoints(self.rpc_servers)
             except UsageError as exc:
                 raise SettingsError(f"Invalid setting: RPC servers: {exc}") from None
-        try:
-            self.sampling.validate()  # the engine's own rule, so the two cannot drift apart
-        except SamplingSettingsError as exc:
-            raise SettingsError(f"Invalid setting: {exc}.") from None
         return self
 
     @property
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p, self.seed)
+    def asked(self) -> Asked:
+        """What the app asks of each answer (session/generation_request.py resolves it against the loaded pair)."""
+        return Asked(drafter=self.drafter, draft_max=self.draft_max, draft_p_min=self.draft_p_min, max_tokens=self.max_tokens,
+                     temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=self.seed)
 
     def with_changes(self, **changes: Any) -> Settings:
         return replace(self, **changes).validate()

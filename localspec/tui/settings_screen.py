@@ -18,13 +18,13 @@ from localspec.session.settings import Settings, SettingsError
 # (field, label, help) in the order shown; None values mean "automatic"
 FORM = [
     ("draft_max", "draft-max (K)", f"most tokens drafted per step; empty = {AUTO_DRAFT_MAX} for auto, else the pair's"),
-    ("draft_p_min", "draft p-min", "stop drafting below this draft confidence"),
+    ("draft_p_min", "draft p-min", "stop drafting below this draft confidence; empty = the pair's"),
     ("temperature", "temperature", "0 = greedy: exactly the target's output"),
     ("top_k", "top-k", "0 = off"),
     ("top_p", "top-p", ""),
     ("min_p", "min-p", ""),
     ("seed", "seed", "empty = random each time"),
-    ("max_tokens", "max tokens", "per answer"),
+    ("max_tokens", "max tokens", "per answer; empty = until it ends or the context is full"),
     ("n_ctx", "context size", "tokens; reloads the pair"),
     ("target_gpu_layers", "target GPU layers", "empty = the memory planner decides, -1 = all; reloads"),
     ("draft_gpu_layers", "draft GPU layers", "empty = the memory planner decides, -1 = all; reloads"),

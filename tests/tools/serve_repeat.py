@@ -3,7 +3,9 @@
 For each bundled prompt: the reference is `generate --no-draft` (a process of its own, fresh); then one server (the
 drafter and slots given) answers the prompt fresh, again with it cached, and once more after another prompt has taken
 its slot's cache. Every answer is compared with the reference, token text for text; a departure is printed with where
-it starts. With `--drafter none` every answer must equal it; with a drafter, answers may depart at near-ties only.
+it starts and the target's top-2 logit gap there (from a plain run with margins): with one slot and `--drafter none`
+every answer must equal it; several slots' shared passes and drafters' verify passes round differently, so their
+answers may depart, at near-ties only.
 
 Run: .venv/bin/python -m tests.tools.serve_repeat --target T.gguf [--draft D.gguf --drafter auto] [--parallel 4] [--tokens 64]
 """
@@ -17,7 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from localspec.bench.results import BenchPrompt
 from localspec.bench.runner import load_prompts
+from localspec.engine.chat import chat_prompt_tokens
+from localspec.engine.decode import GenerationConfig
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.events import TokenEvent
 from tests.live_server import live_server
 
 
@@ -26,6 +33,27 @@ def reference(target: Path, system: str | None, prompt: str, tokens: int) -> str
                "--max-tokens", str(tokens), "--json"] + (["--system", system] if system else [])
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["text"]
+
+
+def plain_gaps(target: Path, prompts: list[BenchPrompt], tokens: int) -> dict[str, tuple[str, list[tuple[int, float]]]]:
+    """Per prompt: the plain greedy text, and each token's end (in characters) with the target's top-2 gap there."""
+    out = {}
+    with Engine(EngineConfig(target)) as engine:
+        for prompt in prompts:
+            config = GenerationConfig(max_tokens=tokens, record_margins=True)
+            events = [e for e in engine.plain.generate(chat_prompt_tokens(engine.target, prompt.messages), config)
+                      if isinstance(e, TokenEvent) and e.token >= 0]
+            ends, text = [], ""
+            for event in events:
+                text += event.text
+                ends.append((len(text), float(event.margin or 0.0)))
+            out[prompt.id] = (text, ends)
+    return out
+
+
+def gap_at(ends: list[tuple[int, float]], at: int) -> float | None:
+    """The top-2 gap of the token whose text holds character `at` (None: past the plain run's end)."""
+    return next((gap for end, gap in ends if end > at), None)
 
 
 def departure(a: str, b: str) -> int | None:
@@ -45,6 +73,11 @@ def main() -> int:
     args = parser.parse_args()
     prompts = load_prompts(None)
     expected = {p.id: reference(args.target, p.system, p.prompt, args.tokens) for p in prompts}
+    gaps = plain_gaps(args.target, prompts, args.tokens)
+    for prompt in prompts:
+        if gaps[prompt.id][0] != expected[prompt.id]:
+            print(f"{prompt.id}: the in-process plain run differs from generate's at character "
+                  f"{departure(gaps[prompt.id][0], expected[prompt.id])}: its gaps are not the reference's")
     extra = ["--draft", str(args.draft)] if args.draft else []
     equal = total = 0
     with tempfile.TemporaryDirectory() as scratch, live_server(Path(scratch), "--target", str(args.target), *extra, "--drafter",
@@ -66,7 +99,9 @@ def main() -> int:
                 total += 1
                 at = departure(text, expected[prompt.id])
                 equal += at is None
-                print(f"{prompt.id:<22} {label:<14} cache_n {cache_n:>4}  " + ("equal" if at is None else f"departs at character {at}"))
+                gap = None if at is None else gap_at(gaps[prompt.id][1], at)
+                print(f"{prompt.id:<22} {label:<14} cache_n {cache_n:>4}  " + ("equal" if at is None else
+                      f"departs at character {at}, top-2 gap there {gap if gap is None else round(gap, 4)}"))
     print(f"\n{equal} of {total} answers equal generate --no-draft ({args.drafter}, {args.parallel} slot(s), {args.tokens} tokens)")
     return 0 if equal == total or args.drafter != "none" else 1
 

@@ -1,0 +1,105 @@
+"""One way to read a generation request, whichever door it came through: the command line, the server or the app.
+
+Each door says what it was asked (`Asked`, None where it was silent), layered over what stands behind it (the
+server's options), and what the loaded pair recommends; `resolve` applies one set of rules, with one set of messages
+in the door's own names for its fields, and gives the drafter and the engine's settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from localspec.catalog.models_toml import Pair
+from localspec.engine import defaults
+from localspec.engine.decode import GenerationConfig, Verification
+from localspec.engine.drafters import registry
+from localspec.engine.grammar import Grammar
+from localspec.engine.sampling import SamplingParams
+from localspec.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a request said; None (or no stop strings) where it said nothing."""
+
+    drafter: str | None = None
+    draft_max: int | None = None
+    draft_p_min: float | None = None
+    max_tokens: int | None = None  # None or below 0: until the answer ends or the context is full; 0 is refused
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    verification: Verification | None = None
+    stop: tuple[str, ...] = ()
+    grammar: Grammar | None = None
+
+    def over(self, standing: Asked) -> Asked:
+        """This request's fields where it gave them, else `standing`'s (a server's own options)."""
+        return Asked(**{f.name: _given(getattr(self, f.name), getattr(standing, f.name)) for f in fields(self)})
+
+
+def _given(value: Any, otherwise: Any) -> Any:
+    return otherwise if value is None or value == () else value
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    drafter: str
+    config: GenerationConfig
+
+
+# Each door's names for the fields its users set, so that one rule speaks each door's language.
+CLI_NAMES = {"drafter": "--drafter", "draft_max": "--draft-max", "draft_p_min": "--draft-p-min", "max_tokens": "--max-tokens"}
+SERVER_NAMES = {"drafter": "localspec.drafter", "draft_max": "speculative.n_max", "draft_p_min": "speculative.p_min",
+                "max_tokens": "max_tokens"}
+APP_NAMES = {"drafter": "drafter", "draft_max": "draft-max", "draft_p_min": "draft p-min", "max_tokens": "max tokens"}
+
+
+def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None = None,
+            names: Mapping[str, str] = CLI_NAMES) -> GenerationRequest:
+    """The drafter and GenerationConfig for `asked`, on a pair whose draft model is loaded or not (`draft_model`) and
+    whose answers may fill `context` tokens; the pair's recommended K and p-min where the request gives none."""
+    drafter = asked.drafter or registry.DEFAULT
+    if drafter not in registry.DRAFTERS:
+        raise UsageError(f"{names['drafter']} must be one of {', '.join(registry.DRAFTERS)}, not {drafter!r}.")
+    recommended = pair.draft_max if pair else None
+    draft_max = asked.draft_max if asked.draft_max is not None else defaults.draft_max_for(drafter, recommended)
+    if not 0 <= draft_max <= defaults.DRAFT_MAX_LIMIT:
+        raise UsageError(f"{names['draft_max']} must be from 0 to {defaults.DRAFT_MAX_LIMIT}, not {draft_max}.")
+    if draft_max == 0 or drafter == "none":
+        drafter, draft_max = "none", 0
+    if registry.DRAFTERS[drafter].needs_draft_model and not draft_model:
+        raise UsageError(f"{names['drafter']} {drafter} needs a draft model, and none is loaded: load a pair with a draft, "
+                         f"or pick a drafter that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
+    p_min = draft_p_min(asked.draft_p_min, pair)
+    if not 0.0 <= p_min <= 1.0:
+        raise UsageError(f"{names['draft_p_min']} must be from 0 to 1, not {p_min}.")
+    if asked.max_tokens == 0:
+        raise UsageError(f"{names['max_tokens']} must be 1 or more (or left out: until the answer ends or the context is full).")
+    max_tokens = asked.max_tokens if asked.max_tokens is not None and asked.max_tokens > 0 else context  # the context stops it first
+    sampling = SamplingParams(
+        temperature=_first(asked.temperature, defaults.TEMPERATURE),
+        top_k=_first(asked.top_k, defaults.TOP_K),
+        top_p=_first(asked.top_p, defaults.TOP_P),
+        min_p=_first(asked.min_p, defaults.MIN_P),
+        seed=asked.seed,
+    )
+    sampling.validate()
+    if asked.grammar is not None and drafter == "tree":
+        raise UsageError("The tree drafter cannot draft under a grammar (response_format, json_schema): pick another drafter.")
+    config = GenerationConfig(max_tokens=max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=p_min,
+                              verification=asked.verification or "speculative", stop=asked.stop, grammar=asked.grammar)
+    return GenerationRequest(drafter, config)
+
+
+def draft_p_min(given: float | None, pair: Pair | None) -> float:
+    """The draft p-min: as given, else the pair's recommendation, else the default (the bench sweeps with it too)."""
+    return float(_first(given, pair.draft_p_min if pair else None, defaults.DRAFT_P_MIN))
+
+
+def _first(*values: Any) -> Any:
+    return next(value for value in values if value is not None)
