@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
-from localspec.engine.batch.prefill import MIN_PREFILL_CHUNK, prefill_budget
+from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.ngram import Lookup
+from localspec.engine.tuning import MIN_PREFILL_CHUNK
 from tests.test_drafters import GPU_LIKE
 
 # A target whose passes cost nearly the same up to 4 tokens, then grow with every token (a GPU, or a Q8 target on a CPU).

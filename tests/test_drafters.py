@@ -11,16 +11,17 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
-from localspec.engine.drafters.auto.agreement import MATCH_CLASS_PRIORS, AgreementModel, CopyEffect, ShadowRun, settle
+from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
-from localspec.engine.drafters.auto.edit_points import FLAGGED, EditPoints
+from localspec.engine.drafters.auto.edit_points import EditPoints
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.edits import RESUMED, SMALL_EDIT
 from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, LookupMemory, NgramDrafter
 from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.stats import GenerationStats
+from localspec.engine.tuning import ACCEPTANCE_PRIOR_WEIGHT, FLAGGED, MATCH_CLASS_PRIORS
 from tests.conftest import run
 from tests.forced_choices import AlwaysHybrid
 from tests.lossless import assert_clear_of_ties, assert_lossless
@@ -307,14 +308,14 @@ def test_a_copys_far_positions_lean_on_what_all_its_positions_showed():
     """A long copy reaches its far positions rarely, so each of them had a try or two and its prior ruled: on a Q8_0
     target a rename's copies of 30 tokens were drafted 7 at a time. Where a far position's own evidence is thin it leans
     on every position past the first few together; where its own evidence is rich it keeps it."""
-    from localspec.engine.drafters.auto.agreement import COPY_PRIOR, EARLY
+    from localspec.engine.tuning import COPY_PRIOR, EARLY
 
     model = AgreementModel()
     for _ in range(20):
         model.observe(match_length=32, n_drafted=EARLY + 6, n_accepted=EARLY + 6)  # copies that held all they offered
     model.observe(match_length=32, n_drafted=EARLY + 20, n_accepted=EARLY + 20)  # one that went far
     far = model.given.deep.rate(15)  # one try, one hit
-    assert far > 0.99 > (1 + 2 * COPY_PRIOR) / (1 + 2)  # what that try and the prior alone would say
+    assert far > 0.99 > (1 + ACCEPTANCE_PRIOR_WEIGHT * COPY_PRIOR) / (1 + ACCEPTANCE_PRIOR_WEIGHT)  # what that try and the prior alone would say
     assert model.given.deep.rate(30) > 0.99  # past all evidence: the pooled rate
     for _ in range(20):
         model.observe(match_length=32, n_drafted=EARLY + 6, n_accepted=EARLY + 2)  # then copies broke at the same place
@@ -646,14 +647,14 @@ CPU_VERIFY_MS = {1: 46.0, 2: 78.0, 3: 110.0, 4: 135.0, 5: 147.0, 6: 180.0, 8: 31
 def replay(controller: AutoDrafter, prompt: list[int], answer: list[int], k_cap: int = 8) -> list[tuple[int, int]]:
     """Drive the controller as the decode loop does, with `answer` as the target's text: (K, accepted) per step."""
     controller.start(prompt)
-    steps, position, rng, stats = [], 0, np.random.default_rng(0), GenerationStats()
+    steps, position, rng = [], 0, np.random.default_rng(0)
     while position < len(answer):
         draft = controller.propose(k_cap, 0.0, None, rng)
         accepted = 0
         while accepted < len(draft.tokens) and position + accepted < len(answer) and draft.tokens[accepted] == answer[position + accepted]:
             accepted += 1
         controller.advance(answer[position : position + accepted + 1])
-        controller.observe_step(len(draft.tokens) + 1, CPU_VERIFY_MS.get(len(draft.tokens) + 1, 400.0), stats)
+        controller.observe_step(len(draft.tokens) + 1, CPU_VERIFY_MS.get(len(draft.tokens) + 1, 400.0))
         steps.append((len(draft.tokens), accepted))
         position += accepted + 1
     return steps
@@ -910,7 +911,7 @@ def test_a_resume_is_expected_to_buy_no_more_asks_than_lookup_leaves_the_draft()
 
 def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny, tmp_path):
     """The first token once waited for a full calibration on every load (10 s idle, up to 71 s busy, with the real pair)."""
-    from localspec.engine.drafters.auto.costs import CALIBRATION_SIZES
+    from localspec.engine.tuning import CALIBRATION_SIZES
 
     config = EngineConfig(tiny["target"], tiny["near"], cost_cache_dir=tmp_path)
     with Engine(config) as first:
@@ -933,7 +934,8 @@ def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny,
 
 
 def test_trying_a_losing_draft_model_costs_at_most_its_share_of_the_time():
-    from localspec.engine.drafters.auto.exploration import EXPLORE_SHARE, ExplorationBudget
+    from localspec.engine.drafters.auto.exploration import ExplorationBudget
+    from localspec.engine.tuning import EXPLORE_SHARE
 
     budget = ExplorationBudget()
     assert budget.afford(500.0)  # the first try: nothing is known of the draft yet but its prior

@@ -13,7 +13,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
-from localspec.engine.events import StopReason, TokenSource
+from localspec.engine.events import Finished, StopReason, TokenSource
 from tests.conftest import run
 from tests.lossless import assert_clear_of_ties, assert_lossless
 
@@ -122,6 +122,22 @@ def test_statistics_add_up(engines):
     assert sum(v["n"] for v in stats.to_dict()["verify_ms_by_batch"].values()) == stats.n_steps
     assert stats.t_draft_ms + stats.t_verify_ms <= stats.predicted_ms
     assert stats.prompt_n == len(prompt_for(engine, PROMPTS[3]))
+
+
+@pytest.mark.parametrize("drafter", ["none", "model", "auto"])
+def test_every_token_event_carries_the_answers_statistics(engines, drafter):
+    """The app reads the statistics from the events (issue 48): when an event arrives they already count it and its
+    step, and auto's choices arrive with them; the Finished event carries the same statistics."""
+    engine = engines["near"]
+    counted, events = 0, []
+    for event in engine.decoder(drafter).generate(prompt_for(engine, PROMPTS[1]), GenerationConfig(max_tokens=40, draft_max=4)):
+        if isinstance(event, Finished):
+            assert all(e.stats is event.stats for e in events) and event.stats.predicted_n == counted == 40
+            break
+        counted += event.token >= 0
+        events.append(event)
+        assert event.stats.predicted_n >= counted and event.stats.n_steps == event.step
+        assert sum(event.stats.decisions.values()) == (event.step if drafter == "auto" else 0)
 
 
 def test_plain_decoding_reports_target_tokens_only(engines):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.engine import tuning
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder, GenerationConfig
@@ -162,5 +163,5 @@ def test_calibration_does_not_price_a_shapes_first_pass(tiny, monkeypatch):
 
         model._decode_entries = clocked  # type: ignore[method-assign]
         monkeypatch.setattr(costs_module.time, "perf_counter", lambda: clock[0])
-        calibrated = costs_module.time_passes(model, costs_module.CALIBRATION_SIZES, repeats=1)
-    assert calibrated.ms == pytest.approx({n: float(n) for n in costs_module.CALIBRATION_SIZES})
+        calibrated = costs_module.time_passes(model, tuning.CALIBRATION_SIZES, repeats=1)
+    assert calibrated.ms == pytest.approx({n: float(n) for n in tuning.CALIBRATION_SIZES})

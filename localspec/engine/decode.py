@@ -49,7 +49,6 @@ class Decoder:
     def __init__(self, target: Model, drafter: Drafter | None = None) -> None:
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
-        self.live_stats = GenerationStats()
 
     def generate(
         self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None
@@ -61,7 +60,6 @@ class Decoder:
         config.sampling.validate()
         rng, seed = make_rng(config.sampling.seed)
         stats = GenerationStats(drafter=self.drafter.name, draft_max=config.draft_max, seed=None if config.sampling.greedy else seed)
-        self.live_stats = stats  # observers (the app's panel) read it between events, on the generating thread
         text = TextAssembler(config.stop)
         target, drafter = self.target, self.drafter
 
@@ -100,7 +98,7 @@ class Decoder:
         drafter.end()
         tail = "" if text.stopped else text.flush()
         if tail:
-            yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps)
+            yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps, stats)
         stats.predicted_ms = (time.perf_counter_ns() - gen_start) / 1e6
         stats.t_llama_ms = (sum(model.decode_ns for model in models) - decode_ns_before) / 1e6
         yield Finished(reason, stats, message, text.stop_word)
@@ -152,7 +150,9 @@ class Decoder:
         self.target.truncate(n_past + 1 + verdict.n_accepted)
         self.drafter.advance([*verdict.accepted, verdict.token])
         t3 = time.perf_counter_ns()
-        self.drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6, stats)
+        self.drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6)
+        if draft.choice:
+            stats.record_decision(draft.choice, draft.predicted_tokens)
         stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)
         return draft, verdict, margins
 
@@ -182,7 +182,7 @@ def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.nd
         source = TokenSource.ACCEPTED if i < verdict.n_accepted else final_source
         piece = text.push(target.token_bytes(token))
         stats.predicted_n += 1
-        events.append(TokenEvent(token, piece, source, stats.n_steps, None if margins is None else float(margins[i])))
+        events.append(TokenEvent(token, piece, source, stats.n_steps, stats, None if margins is None else float(margins[i])))
         if text.stopped:
             return events, StopReason.STOP_STRING
         if stats.predicted_n >= config.max_tokens:

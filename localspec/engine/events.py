@@ -29,6 +29,7 @@ class TokenEvent:
     text: str  # the text this token completes; "" while a multi-byte character is still open
     source: TokenSource
     step: int
+    stats: GenerationStats  # the answer's statistics as they stand after this token (the generation's own, kept current)
     margin: float | None = None  # target's top-1 minus top-2 logit, when recorded
 
 

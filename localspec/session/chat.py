@@ -20,6 +20,7 @@ from localspec.engine.chat import Message
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, StopReason
+from localspec.engine.stats import GenerationStats
 from localspec.machine.device import OffloadedLayers, backend_name, offloaded_layers
 from localspec.machine.memory_plan import MemoryPlan
 from localspec.machine.remote_plan import plan_pair_on_devices
@@ -143,24 +144,26 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     pending: list[tuple[str, str]] = []
     last_update = last_save = time.perf_counter()
     finished: Finished | None = None
+    stats = GenerationStats()  # what the events carry, as the last one left it (nothing yet)
     try:
         for event in decoder.generate(prompt, request.config, cancel):
             if isinstance(event, Finished):
                 finished = event
                 break
-            live.observe(event, decoder.live_stats)
+            stats = event.stats
+            live.observe(event)
             if event.text:
                 transcript.add(event.source.value, event.text)
                 pending.append((event.source.value, event.text))
             now = time.perf_counter()
             if now - last_update >= UPDATE_INTERVAL_S and ready():
-                on_update(AnswerUpdate(pending, live.snapshot(decoder.live_stats, engine.target.n_past)))
+                on_update(AnswerUpdate(pending, live.snapshot(stats, engine.target.n_past)))
                 pending, last_update = [], now
             if now - last_save >= SAVE_INTERVAL_S:
                 history.save_partial(message_id, transcript.text, transcript.runs)
                 last_save = now
     except BaseException:
-        history.finish_answer(message_id, transcript.text, "error", decoder.live_stats.to_dict(), transcript.runs)
+        history.finish_answer(message_id, transcript.text, "error", stats.to_dict(), transcript.runs)
         raise
     assert finished is not None
     snapshot = live.snapshot(finished.stats, engine.target.n_past)

@@ -55,8 +55,9 @@ class LiveStats:
         self._step = 0
         self._step_counts = (0, 0)
 
-    def observe(self, event: TokenEvent, stats: GenerationStats) -> None:
-        """Call once per token event, with the decoder's live statistics."""
+    def observe(self, event: TokenEvent) -> None:
+        """Call once per token event: the statistics it carries feed the recent acceptance and the current rate."""
+        stats = event.stats
         if event.step != self._step:
             drafted, accepted = stats.draft_n - self._step_counts[0], stats.draft_n_accepted - self._step_counts[1]
             if drafted:

@@ -21,9 +21,9 @@ from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
 from localspec.engine.defaults import DRAFT_P_MIN
 from localspec.engine.drafters.auto.agreement import match_class
-from localspec.engine.drafters.auto.confidence import CLASS_EDGES, CONFIDENCE_DECAY
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.llama.model import Model, ModelConfig
+from localspec.engine.tuning import CLASS_EDGES, CONFIDENCE_DECAY
 
 
 def best_and_probability(model: Model, prompt: Sequence[int], answer: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -24,12 +24,11 @@ from localspec.engine.drafters.auto.acceptance import prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
-from localspec.engine.drafters.auto.controller import CARRIED_ASKS, HYBRID, MODEL_K_MAX, best_hybrid, draft_label
-from localspec.engine.drafters.auto.costs import DECAY, CostTable
+from localspec.engine.drafters.auto.controller import HYBRID, best_hybrid, draft_label
+from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
-
-ASCENT_ROUNDS = 2  # passes over the auto slots: a second one lets each slot answer the others' first choices
+from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, MODEL_K_MAX, OVERHEAD_DECAY
 
 
 @dataclass(frozen=True)
@@ -242,7 +241,7 @@ class BatchPlanner:
         self.costs.observe_verify(n_tokens, ms)
 
     def observe_overhead(self, ms: float) -> None:
-        self.overhead_ms = ms if not self.overhead_ms else DECAY * self.overhead_ms + (1 - DECAY) * ms
+        self.overhead_ms = ms if not self.overhead_ms else OVERHEAD_DECAY * self.overhead_ms + (1 - OVERHEAD_DECAY) * ms
 
     def observe_draft_pass(self, n_tokens: int, ms: float) -> None:
         """A draft pass of n tokens (a catch-up, or one token for each of n slots) teaches the draft's cost at that size."""

@@ -14,11 +14,7 @@ whose passes cost nearly alike, that is the largest allowed.
 from __future__ import annotations
 
 from localspec.engine.drafters.auto.costs import CostTable
-
-MIN_PREFILL_CHUNK = 8  # fewer tokens a pass would read a prompt at a crawl, however cheap they look
-# A chunk of up to this many may always ride, even where it costs more than a step: on the CPU a pass of 16 tokens
-# reads a prompt at 3/4 of a long pass's speed, one of 8 at half (the real Q4_K_M target).
-STALL_FLOOR = 16
+from localspec.engine.tuning import MIN_PREFILL_CHUNK, STALL_FLOOR
 
 
 def prefill_budget(costs: CostTable, n_verify: int, step_ms: float, n_batch: int) -> int:

@@ -40,12 +40,7 @@ from localspec.engine.sampling import SamplingParams, make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.tokens import common_prefix
-
-# Target batch sizes timed at start-up, up to a full batch of 8 slots drafting 7 each. Dense where CPU kernels change
-# pace (the real Q4_K_M target: 4 tokens cost 2.2x one, 8 cost 5x, 16 cost 6.5x): interpolation between far sizes
-# would misjudge exactly the batch sizes the planner weighs.
-CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
-REUSE_SHARE = 0.5  # a free slot whose cache holds this much of a prompt takes it (llama.cpp's slot similarity)
+from localspec.engine.tuning import BATCH_CALIBRATION_SIZES, REUSE_SHARE
 
 
 @dataclass
@@ -59,7 +54,7 @@ class BatchScheduler:
     def __init__(self, target: Model, draft: Model | None, n_slots: int, costs: CostTable | None = None) -> None:
         if n_slots < 1:
             raise ValueError("a batch needs at least one slot")
-        costs = costs or calibrate(target, draft, CALIBRATION_SIZES)
+        costs = costs or calibrate(target, draft, BATCH_CALIBRATION_SIZES)
         target.ensure_sequences(n_slots)
         target.clear_cache()
         if draft is not None:
@@ -365,7 +360,7 @@ class BatchScheduler:
         stats, emit = generation.stats, generation.request.emit
         tail = "" if generation.text.stopped else generation.text.flush()
         if tail:
-            emit(TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps))
+            emit(TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps, stats))
         if generation.generating_since_ns:
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from localspec.engine.sampling import Distribution, SamplingParams
-from localspec.engine.stats import GenerationStats
 
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
     from pathlib import Path
@@ -37,6 +36,9 @@ class Draft:
     # q for each token, only when the draft was sampled (temperature > 0, speculative sampling).
     dists: list[Distribution] = field(default_factory=list)
     fork: Fork | None = None  # tree drafts only
+    # What a drafter that chooses (auto) chose for this step and how many tokens it expected: the statistics' record.
+    choice: str = ""
+    predicted_tokens: float = 0.0
 
     @property
     def n_tokens(self) -> int:
@@ -87,8 +89,8 @@ class Drafter(ABC):
         """The target's logits where this step's draft began (for the first step, the prompt's last row): how sure the
         target is, which a drafter that judges its own chances reads for free."""
 
-    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """The target verified `n_verified` tokens in `verify_ms`; a drafter that learns costs, or reports choices, does it here."""
+    def observe_step(self, n_verified: int, verify_ms: float) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """The target verified `n_verified` tokens in `verify_ms`; a drafter that learns costs does it here."""
 
     def end(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """The generation ended (finished, stopped or cut); a drafter that keeps what it learned saves it here."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from localspec.engine.drafters.auto.costs import DECAY
+from localspec.engine.tuning import ACCEPTANCE_DECAY, ACCEPTANCE_PRIOR_WEIGHT
 
 
 def prefix_curves(rates: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -25,7 +25,7 @@ class AcceptanceModel:
     prior: float  # the rate assumed before any evidence
     hits: list[float] = field(default_factory=list)
     tries: list[float] = field(default_factory=list)
-    decay: float = DECAY  # per observation (1: every observation counts alike, as an offline replay's known rates do)
+    decay: float = ACCEPTANCE_DECAY  # per observation (1: every observation counts alike, as an offline replay's known rates do)
     # Each position leans on every position's evidence together (the pooled rate) where its own is thin, not on the
     # prior alone: for positions that are alike, such as a copy's tokens past its first few (agreement.py).
     pooled: bool = False
@@ -36,13 +36,13 @@ class AcceptanceModel:
     def rates(self, k: int) -> list[float]:
         """The rates of positions 0..k-1. A position past all evidence takes the last one's rate, or the pooled rate."""
         lean = self.pooled_rate() if self.pooled else self.prior
-        rates = [(hits + 2 * lean) / (tries + 2) for hits, tries in zip(self.hits[:k], self.tries[:k])]
+        rates = [(hits + ACCEPTANCE_PRIOR_WEIGHT * lean) / (tries + ACCEPTANCE_PRIOR_WEIGHT) for hits, tries in zip(self.hits[:k], self.tries[:k])]
         beyond = lean if self.pooled or not rates else rates[-1]
         return rates + [beyond] * (k - len(rates))
 
     def pooled_rate(self) -> float:
         """Every position's evidence together, with the prior."""
-        return (sum(self.hits) + 2 * self.prior) / (sum(self.tries) + 2)
+        return (sum(self.hits) + ACCEPTANCE_PRIOR_WEIGHT * self.prior) / (sum(self.tries) + ACCEPTANCE_PRIOR_WEIGHT)
 
     def expected_accepted(self, k: int) -> float:
         return self.prefix_curves(k)[0][k]

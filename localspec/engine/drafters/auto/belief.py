@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.engine.drafters.auto.agreement import CopyEffect
-from localspec.engine.drafters.auto.catch_up import COPY_STEP, ResumeRuns
+from localspec.engine.drafters.auto.catch_up import ResumeRuns
 from localspec.engine.drafters.auto.confidence import TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.edit_points import EditPoints
-from localspec.engine.drafters.auto.thin_bets import THIN_MATCH, ThinBets
+from localspec.engine.drafters.auto.thin_bets import ThinBets
 from localspec.engine.drafters.ngram import Lookup
+from localspec.engine.tuning import COPY_STEP, THIN_MATCH
 
 
 @dataclass

@@ -1,31 +1,10 @@
 """What the draft model's catch-up costs a step: reading the accepted text it missed, spread over the asks it buys.
 
-The draft model reads what it has not seen (a plain or lookup stretch, or the
-prompt itself the first time) in one batch before it drafts. That batch is paid
-once, and the draft then drafts with a token or two to read a step for as long as
-it keeps being asked. Charged whole to one step, a draft that had sat out a plain
-stretch was never resumed (on code it had won 1.6x plain, auto then ran at 1.06x);
-spread over a fixed 8 steps, it was resumed on code edits after every copied
-stretch, where lookup takes the step back after one to four asks: on a Q8_0 target
-each resume read 25-120 copied tokens for 0.3-0.7 s, and code edits ran 5-15%
-slower than lookup alone.
-
-So the catch-up is spread over the asks a resume has been seen to buy: how many
-times the draft model was asked from one resume to the next (or to the answer's
-end), learned with decay. A resume is an ask that reads at least RESUME_MIN
-missed tokens: after a plain or lookup step or two the draft is asked again for
-next to nothing, and the run goes on (fib on a Q8_0 target: one resume, then 30
-asks with a lookup step here and there).
-
-Within an answer, lookup copying says the same sooner: where it copied (drafted
-and had COPY_STEP tokens or more accepted) in a share s of the last steps, a
-resumed draft is expected to keep about 1/s of them before lookup takes one back
-and the draft falls behind again. A rename on a
-Q8_0 target resumed the draft after fib's 30-ask run had taught a spread of 15:
-it bought 3 asks, and the answer ran at 1.74x plain where lookup alone ran 2.5x.
-A new answer starts at a share of one half, so the resume that reads the prompt
-waits for the answer's first steps: taken at once, it cost every rename its first
-0.7 s (1.95x plain, three rounds of three) for the four asks it bought.
+A draft that sat out a plain or lookup stretch reads what it missed in one batch before it drafts, and then drafts
+cheaply for as long as it keeps being asked. Charged whole to one step, a draft was never resumed; spread over a fixed
+number of steps, it was resumed after every copied stretch where lookup takes the step back within a few asks. So the
+cost is spread over the asks a resume has been seen to buy (learned with decay), and, within an answer, over what
+lookup's share of recent steps leaves it (a new answer starts at NEW_ANSWER_LOOKUP_SHARE).
 """
 
 from __future__ import annotations
@@ -33,16 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localspec.engine.drafters.auto.costs import CostTable
-
-RUN_PRIOR = 8.0  # asks a resume is assumed to buy before any was seen (the fixed spread this replaced)
-RUN_PRIOR_WEIGHT = 1.0  # ...worth this many observed runs
-RUN_DECAY = 0.8  # per run: the last few runs weigh most (code edits and code writing buy different runs)
-RESUME_MIN = 8  # missed tokens that make an ask a resume, whose run teaches the spread
-COPY_STEP = 3  # lookup tokens a step must have had accepted to count as a copy (ResumeRuns.step)
-LOOKUP_SHARE_DECAY = 0.8  # per step: the share of the last few steps that lookup copied in
-# A new answer's share before its first step: a resume there reads the whole prompt, and only the answer's first steps
-# tell a rewrite, where lookup takes the step back at once, from new code (the module's docstring has the numbers).
-NEW_ANSWER_LOOKUP_SHARE = 0.5
+from localspec.engine.tuning import LOOKUP_SHARE_DECAY, NEW_ANSWER_LOOKUP_SHARE, RESUME_MIN, RUN_DECAY, RUN_PRIOR, RUN_PRIOR_WEIGHT
 
 
 @dataclass

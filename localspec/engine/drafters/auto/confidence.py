@@ -1,24 +1,10 @@
 """The draft model's acceptance by how sure the target has just been: a sign of the text that costs no decode.
 
-A draft model can only be judged by asking it, which costs its pass (and, after a
-plain stretch, its catch-up on what it missed). But how often it agrees with the
-target follows how predictable the text is, and the target says that on every
-step for free: the probability of its own best token. Measured on the bench's
-answers with the Qwen2.5-Coder 1.5B/0.5B pair (the target's confidence decayed
-over its last steps, against the draft's next token being offered at p-min 0.6
-and accepted): under 0.6, 0.3-0.4 of the time; 0.6-0.8, 0.4-0.6; 0.8-0.9, 0.8;
-0.9-0.95, 0.9; above, 0.96. So the draft's acceptance is learned per class of
-that confidence, each class starting from the rate it names (a draft agrees
-about as often as the target is sure), capped at PRIOR_MAX. Learned as one
-rate, prose after code inherited code's acceptance, and auto asked a silent
-draft for most of a haiku.
-
-The target's confidence is also the most auto hopes of the draft: a losing draft
-is tried only where it would win accepted as often as the target has lately
-been sure (an upper bound: offered at p-min, the draft was accepted about as
-often as the square of it), never where the text is too unsure for any draft
-to pay at this machine's costs (a haiku on a 2-core CPU: one try took a tenth of
-its time), while a GPU's cheap draft passes still are.
+A draft can only be judged by asking it, but how often it agrees follows how predictable the text is, and the target
+says that every step for free (the probability of its own best token, decayed over its last steps). So the draft's
+acceptance is learned per class of that confidence, each class starting near the rate it names (capped at PRIOR_MAX):
+learned as one rate, prose after code inherited code's acceptance. The confidence also bounds what auto hopes of a
+losing draft, so it is not tried where the text is too unsure for any draft to pay at this machine's costs.
 """
 
 from __future__ import annotations
@@ -29,14 +15,7 @@ import numpy as np
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.sampling import greedy_with_confidence
-
-CLASS_EDGES = (0.6, 0.8, 0.9, 0.95)  # the classes' lower bounds, past the first (from 0)
-SURE = 0.9  # below it, the target is unsure: short lookup matches are judged apart there (agreement.py)
-# What a class is assumed to accept before evidence is at most this: a draft trusted at once from a prior of 0.93-0.98 was
-# asked on Q8_0 code edits where lookup copies most steps, and each ask's catch-up on the copied text cost 0.4-0.7 s
-# (rename 2.53x -> 1.71x plain). Evidence raises it in a few asks where the draft is right.
-PRIOR_MAX = 0.7
-CONFIDENCE_DECAY = 0.7  # per step: the last three or four steps weigh most, so a change of text shows at once
+from localspec.engine.tuning import CLASS_EDGES, CONFIDENCE_DECAY, PRIOR_MAX, SURE
 
 
 def class_priors() -> list[float]:

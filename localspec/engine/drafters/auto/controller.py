@@ -1,34 +1,11 @@
 """The adaptive controller (`--drafter auto`): per step, the drafter and K with the most tokens per second.
 
-For each option it predicts the tokens a step emits (1 + the expected accepted
-draft tokens, from the acceptance measured at each draft position) and what the
-step costs (drafting K, plus verifying K+1 in the target), both measured on this
-machine, and takes the best; K = 0 is plain decoding, so speculation that does
-not pay is simply not chosen. The measurements decay, so a change of character
-(code to prose) shows within a few steps.
-
-Prompt lookup is judged every step whether it drafted or not: its run is free to
-compute, and the text that follows shows how much of it the target would have
-accepted (at T > 0 too: a one-hot draft token is accepted with the target's
-probability of it, which is the chance the target emits it). So lookup needs no
-exploration, and where it lost it costs nothing to keep watching. The draft model
-costs a decode to judge, so it is tried now and then even when it is losing, so
-that it can win back, as often as a budget of the decoding time pays for
-(exploration.py).
-
-Hybrid steps are options too: the first j tokens of a lookup run, then the draft
-model continuing from their end, priced as the draft's catch-up over the j
-tokens, its further steps and the longer verify, and expected to yield the
-lookup's accepted tokens plus, when all j survive, the model's.
-
-The draft model's acceptance is learned per class of how sure the target has
-just been (confidence.py): free to read every step, it tells prose, where a
-draft mostly offers nothing, from code, where it is nearly always right, before
-the draft is asked.
-
-Its lookup remembers earlier requests (`LookupMemory`): an editor's next
-autocomplete, or a second edit of the same file, can copy what an earlier
-answer wrote. Remembered runs are judged by the same agreement classes.
+For each option (none, prompt lookup, the draft model, hybrid: lookup's first tokens then the model) it predicts the
+tokens a step emits from the acceptance learned at each draft position, and the step's cost from this machine's
+measured pass costs, and takes the best; K = 0 is plain decoding, so speculation that does not pay is not chosen.
+Lookup is judged every step for free from the text that follows; the draft model only by asking it, so it is tried
+while losing as a budget allows (exploration.py), and its acceptance is learned per class of the target's confidence
+(confidence.py). Its lookup remembers earlier requests (LookupMemory), so an editor's next request can copy them.
 """
 
 from __future__ import annotations
@@ -51,12 +28,9 @@ from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, LookupMemory, NgramDrafter
 from localspec.engine.sampling import SamplingParams
-from localspec.engine.stats import GenerationStats
+from localspec.engine.tuning import CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX
 
-MODEL_K_MAX = 8
 HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
-HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
-CARRIED_ASKS = 4  # what earlier answers taught of the draft model weighs as this many asks in a new one
 
 
 @dataclass(frozen=True)
@@ -214,6 +188,7 @@ class AutoDrafter(Drafter):
         else:
             tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
             draft = Draft.deterministic(tokens, sampling)
+        draft.choice, draft.predicted_tokens = decision.label, decision.predicted_tokens  # the loop records them in the statistics
         return draft
 
     def advance(self, tokens: Sequence[int]) -> None:
@@ -237,10 +212,9 @@ class AutoDrafter(Drafter):
         if self.costs_file is not None and not self.costs.fixed:
             cost_cache.save(self.costs_file, self.costs)
 
-    def observe_step(self, n_verified: int, verify_ms: float, stats: GenerationStats) -> None:
-        """Learn the verify cost, and report this step's choice and prediction in the statistics."""
+    def observe_step(self, n_verified: int, verify_ms: float) -> None:
+        """Learn the verify cost."""
         self.costs.observe_verify(n_verified, verify_ms)
-        stats.record_decision(self.last_decision.label, self.last_decision.predicted_tokens)
 
 
 def build(sources: DraftSources) -> Drafter:

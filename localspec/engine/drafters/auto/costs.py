@@ -23,16 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from localspec.engine.tuning import CALIBRATION_REPEATS, CALIBRATION_SIZES, COST_DECAY, SPIKE, SPIKE_RUN
+
 if TYPE_CHECKING:  # annotations only
     from localspec.engine.llama.model import Model
 
-DECAY = 0.97  # per observation: the last ~30 steps weigh most
-SPIKE = 2.0  # a pass slower than this many times the estimate is noise, not a cost...
-SPIKE_RUN = 3  # ...unless this many in a row at one size are: then the machine (or the estimate) changed, and it starts there
-# A few passes, so the first token never waits long: the decode loop's own steps refine every size it drafts. 16 tells
-# whether a long copy pays on this machine (sizes past it extend along the last slope until drafted).
-CALIBRATION_SIZES = (1, 2, 4, 8, 16)
-CALIBRATION_REPEATS = 1
 
 
 @dataclass
@@ -82,7 +77,7 @@ class PassCosts:
             return
         # A plain mean while evidence is scarce (the calibration counts as its repeats), then a decaying one; after a run
         # of spikes, this pass alone: every one of them had been ignored (over RPC under load: 84 ms kept against 728).
-        weight = 1.0 if spikes else max(1 - DECAY, 1 / (seen + 1))
+        weight = 1.0 if spikes else max(1 - COST_DECAY, 1 / (seen + 1))
         new = ms if old is None else old + weight * (ms - old)
         self.observations[n] = seen + 1
         if n == 1 and old is not None:

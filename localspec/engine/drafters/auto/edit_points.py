@@ -1,37 +1,10 @@
 """Where one answer departs from what it copies: a pair of tokens it broke a copy at is likely to break the next one.
 
-An edit of code repeats its kind: type hints go after each parameter, a rename
-changes each use of a name. So the places where an answer's copies break recur,
-and a token pair (the token before, the token the copy proposes) at which this
-answer's lookup run broke is likelier to break again. The learned rates (and the
-answer's CopyEffect) spread those breaks evenly over a copy's positions. Once an
-answer has broken a copy at `def load(path` + `)` (it wrote `: str`), a 19-token
-match at `def save(path` + `,` was drafted 15 tokens long, broke at once, and
-cost a 16-token verify for 2 tokens; the same happened at `def merge(a`.
-
-So each answer counts, per pair, how often its lookup runs held there and broke
-there. A position whose pair broke more often than the answer's runs break on
-average is judged by the excess (EditedRun). Its other positions are judged as
-if the share of the answer's breaks that fell on such pairs (its repeated edit
-points) were not among them: the learned rates' misses include the edits, and
-where no edit point is, those are not expected. Without that share, a sorted
-list whose line starts break half the time drafted its long copies three tokens
-at a time.
-
-Replayed over 10 shuffled orders of the bench's plain answers (`python -m
-tests.tools.lookup_replay`'s way), the mean over every prompt went up on all
-twelve files of stops 37-42, both targets: on the four these settings were chosen
-on (stops 41b and 42) Q4_K_M 1.2905x -> 1.3025x and 1.2876x -> 1.2970x plain,
-Q8_0 1.3096x -> 1.3160x and 1.3124x -> 1.3155x; on the eight others by 0.03-1.0%.
-The type-hint edit went up 3.5-9.5% on every file, rename and docstrings mostly
-1-2%; the sort-list repeat lost up to 5% on Q4_K_M (its line starts break about
-half the time, and a run across one is drafted shorter), docstrings up to 2% on
-two files, no other prompt more than 1%. On the two files of stop 43, which
-chose nothing, 20 orders put the type-hint edit at 0.80-0.87 of the lookup
-ceiling on Q4_K_M (0.75-0.80 without) and 0.78-0.87 on Q8_0 (0.77-0.84). A
-three-round bench is too few paths to show that: one order's bets decide a
-prompt by several percent, and a bench with this change measured 0.83-0.84 where
-one without had measured 0.84.
+An edit of code repeats its kind (type hints after each parameter, a rename at each use), so each answer counts, per
+token pair (the token before, the token the copy proposes), how often its lookup runs held and broke there. A position
+whose pair broke more often than the answer's runs do on average is judged by the excess (EditedRun), and the rest as
+if those repeated breaks were not among them: without this, a copy was drafted long right up to an edit the answer
+had already made twice. Measurements: the commits that made this module.
 """
 
 from __future__ import annotations
@@ -40,10 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-PAIR_WEIGHT = 1.0  # a pair's positions' worth of belief in the answer's mean, before its own evidence
-MEAN_PRIOR = 0.1  # how often a judged lookup position breaks, before the answer shows its own
-MEAN_WEIGHT = 4.0  # positions' worth of belief in MEAN_PRIOR
-FLAGGED = 0.05  # an excess hazard past this marks an edit point
+from localspec.engine.tuning import FLAGGED, MEAN_PRIOR, MEAN_WEIGHT, PAIR_WEIGHT
 
 
 @dataclass(frozen=True)
