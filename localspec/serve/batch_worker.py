@@ -17,8 +17,9 @@ from dataclasses import replace
 
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.batch.slot import SlotRequest
-from localspec.engine.drafters.registry import BATCH_DRAFTERS
+from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
+from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.errors import UsageError
 from localspec.serve.jobs import Deadline, GenerationJob, Started
@@ -103,9 +104,10 @@ class BatchWorker:
         try:
             prompt, thinking_open = work.prompt(work.engine.target)
             scheduler.check_fits(prompt)
-            if work.drafter not in BATCH_DRAFTERS:
-                raise UsageError(f"With --parallel above 1 the drafters are {', '.join(BATCH_DRAFTERS)}; "
-                                 f"{work.drafter!r} needs a slot to itself (serve with --parallel 1 to use it).")
+            try:
+                registry.batch_role(work.drafter)
+            except EngineError as exc:
+                raise UsageError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
             job.put(JobFailed(exc))
             job.put(END)

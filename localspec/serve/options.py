@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from localspec.catalog.models_toml import Pair
 from localspec.engine.drafters import registry
+from localspec.engine.errors import EngineError
 from localspec.errors import UsageError
 from localspec.session.generation_request import Asked
 
@@ -47,9 +48,11 @@ def check_parallel(options: ServeOptions) -> None:
     """Several slots share one batch, which runs the drafters that need no sequence of their own."""
     if not 1 <= options.parallel <= MAX_PARALLEL:
         raise UsageError(f"--parallel {options.parallel} is out of range: it takes a whole number from 1 to {MAX_PARALLEL}.")
-    if options.parallel > 1 and options.drafter not in registry.BATCH_DRAFTERS:
-        raise UsageError(f"--drafter {options.drafter} needs a slot to itself: with --parallel {options.parallel} pick one of "
-                         f"{', '.join(registry.BATCH_DRAFTERS)}, or serve with --parallel 1.")
+    if options.parallel > 1:
+        try:
+            registry.batch_role(options.drafter)
+        except EngineError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def check_bind(options: ServeOptions) -> None:

@@ -28,6 +28,7 @@ from localspec.engine.drafters.auto.controller import HYBRID, best_hybrid, draft
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
+from localspec.engine.drafters.registry import BatchRole
 from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, MODEL_K_MAX, OVERHEAD_DECAY
 
 
@@ -35,7 +36,7 @@ from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, MODEL_K_MAX, OV
 class SlotOptions:
     """What a slot could draft this step."""
 
-    drafter: str  # the request's: "none", "model", "ngram" or "auto"
+    role: BatchRole  # how the request's drafter runs in the batch (the registry's batch_role)
     cap: int  # the most draft tokens it may take (its K, its room in the context, its tokens left)
     lookup: Lookup  # prompt lookup's run here (maybe empty)
     pending: int  # tokens the draft model must read before it drafts for this slot
@@ -82,7 +83,7 @@ class BatchPlanner:
         """A choice per slot. Prompt chunks that ride in the same pass are left out of the reckoning: they make extra draft
         tokens look nearly free in a long pass, and a pass lengthened that way would then let bigger chunks in."""
         choices = [self._fixed(options) for options in slots]
-        auto = [i for i, options in enumerate(slots) if options.drafter == "auto" and options.cap > 0]
+        auto = [i for i, options in enumerate(slots) if options.role == "adaptive" and options.cap > 0]
         if auto:
             best_rate = self._rate(choices, slots)
             for _ in range(ASCENT_ROUNDS):
@@ -136,9 +137,9 @@ class BatchPlanner:
 
     def _fixed(self, options: SlotOptions) -> Choice:
         """The choice of a slot whose request named its drafter (auto starts from plain decoding)."""
-        if options.drafter == "ngram" and options.lookup.tokens and not options.lookup.resumed and options.cap:
+        if options.role == "lookup" and options.lookup.tokens and not options.lookup.resumed and options.cap:
             return self._lookup_choice(options.lookup, min(options.cap, len(options.lookup.tokens)))
-        if options.drafter == "model" and self.has_draft_model and options.cap:
+        if options.role == "model" and self.has_draft_model and options.cap:
             return Choice("model", options.cap, 1 + self._model_curve(options, options.cap)[options.cap])
         return PLAIN
 

@@ -29,10 +29,10 @@ from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.decode import emitted_tokens, first_token, judge, top2_margins
+from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.ngram import Lookup
-from localspec.engine.drafters.registry import BATCH_DRAFTERS
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
 from localspec.engine.llama.model import Model
@@ -93,15 +93,13 @@ class BatchScheduler:
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
-        if request.drafter not in BATCH_DRAFTERS:
-            raise EngineError(f"Several slots draft with {', '.join(BATCH_DRAFTERS)}; {request.drafter!r} needs a sequence "
-                              "of its own: run it one request at a time.")
+        role = registry.batch_role(request.drafter)
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
         slot = self._slot_for(free, prompt[:-1])
         keep = self._take_prefix(slot, prompt)
-        if self.drafting is not None and request.drafter == "model":
+        if self.drafting is not None and role == "model":
             self.drafting.sync(slot, prompt[:-1])
         rng, seed = make_rng(request.config.sampling.seed)
         stats = GenerationStats(drafter=request.drafter, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
@@ -109,11 +107,11 @@ class BatchScheduler:
         slot.lookup.start(prompt)  # every request's text joins the slot's memory, whichever drafter it runs
         slot.belief.new_answer()
         self.planner.start_answer()
-        lookup = slot.lookup if request.drafter in ("ngram", "auto") else None
+        lookup = slot.lookup if role in ("lookup", "adaptive") else None
         self._arrivals += 1
         slot.last_used = self._arrivals
         slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
-                                     rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals, lookup)
+                                     role, rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals, lookup)
         slot.last = -1  # until the prompt's pass judges the first token
         return slot
 
@@ -195,7 +193,7 @@ class BatchScheduler:
             slot.cached.extend(chunk)
         if self.drafting is not None:
             # The draft model reads along for `model` slots only: auto may never pick it, and prices the catch-up when it does.
-            self.drafting.read([slot for slot, _ in chunks if slot.job.request.drafter == "model"])
+            self.drafting.read([slot for slot, _ in chunks if slot.job.role == "model"])
         now = time.perf_counter_ns()
         for slot, _ in chunks:
             if not slot.prefilling:
@@ -213,7 +211,7 @@ class BatchScheduler:
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
             return
-        if generation.request.drafter != "none":  # what auto learns from; plain decoding spares its pass over the row
+        if generation.role != "plain":  # what auto learns from; plain decoding spares its pass over the row
             slot.belief.observe_target(row[0])
         slot.last, events, reason = first_token(self.target, row, config, generation.rng, generation.text, generation.stats)
         slot.lookup.advance([slot.last])
@@ -237,7 +235,7 @@ class BatchScheduler:
         cap = max(0, min(config.draft_max, k_limit, room, config.max_tokens - stats.predicted_n - 1))
         lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
         pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
-        return SlotOptions(generation.request.drafter, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
+        return SlotOptions(generation.role, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
 
     def _take_prefix(self, slot: Slot, prompt: list[int]) -> int:
         """Make the slot's caches hold the longest reusable prefix of the prompt (prompt_passes) that any slot holds,
@@ -320,7 +318,7 @@ class BatchScheduler:
         drafts are greedy at T > 0 too, judged one draw a position, so a seed repeats whatever it chose (AutoDrafter)."""
         generation = slot.job
         config = generation.request.config
-        greedy = config.sampling.greedy or config.verification == "sample-match" or generation.request.drafter == "auto"
+        greedy = config.sampling.greedy or config.verification == "sample-match" or generation.role == "adaptive"
         sampling = None if greedy else config.sampling
         return config.draft_p_min, sampling, generation.rng
 
@@ -330,7 +328,7 @@ class BatchScheduler:
         generation = slot.job
         config, stats = generation.request.config, generation.stats
         verdict = judge(draft, rows, config, generation.rng)
-        if generation.request.drafter != "none":
+        if generation.role != "plain":
             slot.belief.observe_target(rows[0])
         settled = [*verdict.accepted, verdict.token]
         slot.belief.stepped(self.planner.costs, step.choice.k if step.choice.source == "ngram" else 0, settled)
@@ -342,7 +340,7 @@ class BatchScheduler:
         slot.cached += [slot.last, *verdict.accepted]
         slot.last = verdict.token
         stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
-        if generation.request.drafter == "auto":
+        if generation.role == "adaptive":
             stats.record_decision(step.choice.label, step.choice.predicted)
         if step.choice.model_k:
             self.planner.observe_model(step.choice, slot.belief.asked_class, len(draft.tokens), verdict.n_accepted)

@@ -12,6 +12,7 @@ from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
+from localspec.engine.drafters.registry import BatchRole
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
@@ -35,6 +36,7 @@ class Generation:
     """What one running request keeps between steps."""
 
     request: SlotRequest
+    role: BatchRole  # how the batch drafts for its drafter (the registry's batch_role)
     rng: np.random.Generator
     stats: GenerationStats
     text: TextAssembler

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from localspec.engine.errors import EngineError
 
 if TYPE_CHECKING:  # annotations only (see the module's docstring)
     from localspec.engine.drafters.base import Drafter, DraftSources
+
+
+# How the batch scheduler drafts for a slot (engine/batch/): nothing; the slot's prompt lookup; the draft model, drafting for
+# every such slot in one pass; or the planner's choice among those each step (auto).
+BatchRole = Literal["plain", "lookup", "model", "adaptive"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class DrafterSpec:
     module: str  # under localspec.engine.drafters, holding `build(sources) -> Drafter`
     builder: str = "build"
     target_sequences: int = 1  # sequences the target's cache must hold (a tree verifies two branches side by side)
-    batches: bool = False  # runs in a shared batch of slots (engine/batch/): one sequence, drafted together with the others
+    batch_role: BatchRole | None = None  # how it runs in a shared batch of slots; None: it needs a sequence of its own
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -37,9 +42,9 @@ class DrafterSpec:
 
 _SPECS = (
     DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
-                False, "auto.controller", batches=True),
-    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", batches=True),
-    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram", batches=True),
+                False, "auto.controller", batch_role="adaptive"),
+    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", batch_role="model"),
+    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram", batch_role="lookup"),
     DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
     DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
                 True, "hierarchical"),
@@ -47,11 +52,11 @@ _SPECS = (
                 target_sequences=2),
     DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
                 "draft_model", "build_self"),
-    DrafterSpec("none", "plain decoding", False, "base", "build_none", batches=True),
+    DrafterSpec("none", "plain decoding", False, "base", "build_none", batch_role="plain"),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
 DEFAULT = "auto"
-BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batches)
+BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batch_role is not None)
 NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
 
 
@@ -60,3 +65,13 @@ def spec(name: str) -> DrafterSpec:
     if name not in DRAFTERS:
         raise EngineError(f"Unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}.")
     return DRAFTERS[name]
+
+
+def batch_role(name: str) -> BatchRole:
+    """How several slots run `name` together; the one error, in one wording, where they cannot (the server at start
+    and per request, and the batch scheduler, all ask here)."""
+    role = spec(name).batch_role
+    if role is None:
+        raise EngineError(f"The {name} drafter needs a sequence of its own, so it runs one request at a time (--parallel 1); "
+                          f"several slots run {', '.join(BATCH_DRAFTERS)}.")
+    return role
