@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
-from localspec.engine.drafters.auto.controller import HYBRID, AutoDrafter, Decision
+from localspec.engine.batch.planner import BatchPlanner, SlotOptions
+from localspec.engine.drafters.auto.choice import HYBRID, Choice
+from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.ngram import Lookup
 
 
 class AlwaysHybrid(AutoDrafter):
-    def decide(self, k_cap: int, lookup: Lookup) -> Decision:
+    def decide(self, k_cap: int, lookup: Lookup) -> Choice:
         usable = min(len(lookup.tokens), k_cap - 1)
         if usable < 1 or self.model is None:
             return super().decide(k_cap, lookup)
         # Half the run, so the draft model continues mid-copy, where its tokens and the run's rest may disagree.
-        return Decision(HYBRID, k_cap, 1.0, lookup_k=max(1, usable // 2))
+        return Choice(HYBRID, k_cap, 1.0, lookup_k=max(1, usable // 2))
 
 
 class AlwaysHybridPlanner(BatchPlanner):
@@ -31,6 +32,6 @@ class AlwaysHybridPlanner(BatchPlanner):
         choices = super().plan(slots)
         for i, options in enumerate(slots):
             usable = min(len(options.lookup.tokens), options.cap - 1)
-            if options.drafter == "auto" and usable >= 1:
+            if options.role == "adaptive" and usable >= 1:
                 choices[i] = Choice(HYBRID, options.cap, 1.0, lookup_k=max(1, usable // 2))
         return choices

@@ -502,7 +502,7 @@ def test_a_draft_too_slow_for_its_target_is_never_tried(tiny):
         controller.start([1, 2, 3])
         # Even all accepted, K draft tokens cost 9K + verify(K+1) > 10(K+1): not worth one exploring step.
         for _ in range(600):
-            assert controller.decide(4, Lookup()).drafter == "none"
+            assert controller.decide(4, Lookup()).source == "none"
 
 
 def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
@@ -515,7 +515,7 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
         controller.start(prompt)
         prior = controller.model_acceptance.rate(0)
         draft = controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft is never that sure
-        assert controller.last_decision.drafter == "model" and draft.tokens == []
+        assert controller.last_decision.source == "model" and draft.tokens == []
         controller.advance([prompt[-1]])  # the target's own token, the only one the step gave
         assert controller.model_acceptance.rate(0) < prior
 
@@ -548,7 +548,7 @@ def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_
         asks = []
         for _ in range(16):
             controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft is never that sure
-            asks.append(controller.last_decision.drafter == "model")
+            asks.append(controller.last_decision.source == "model")
             controller.advance([prompt[-1]])
             controller.observe_target(sure)
         assert asks[0] and sum(asks) <= 4, asks  # carried at full weight, it was asked 6 times and more
@@ -574,7 +574,7 @@ def test_autos_draft_acceptance_is_learned_per_class_of_the_targets_confidence(t
         sure_rate = controller.model_acceptance.rate(0)
         for token in range(10, 16):
             controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft offers nothing
-            assert controller.last_decision.drafter == "model"
+            assert controller.last_decision.source == "model"
             controller.advance([token])  # the target's own token, a new one each time: still no lookup run
             controller.observe_target(sure)
         assert controller.model_acceptance.rate(0) < sure_rate
@@ -598,7 +598,7 @@ def test_a_losing_draft_is_not_tried_where_the_target_is_too_unsure_for_it_to_pa
             controller.observe_target(unsure)
             for _ in range(30):  # the draft losing where the target is unsure, often enough that only a try would ask it
                 controller.model_acceptance.observe(1, 0)
-            chosen[name] = controller.decide(8, Lookup()).drafter  # the first try is free: only hope decides
+            chosen[name] = controller.decide(8, Lookup()).source  # the first try is free: only hope decides
         assert chosen == {"cpu": "none", "gpu": "model"}
 
 
@@ -622,9 +622,9 @@ def test_auto_continues_a_short_sure_lookup_run_with_the_draft_model(tiny):
             controller.lookup_acceptance.observe(20, 8, 8)
             controller.model_acceptance.observe(8, 8)
         short = controller.decide(8, Lookup([11, 12, 13], 20))  # the copy's source ends after three tokens
-        assert (short.drafter, short.lookup_k, short.k, short.label) == ("hybrid", 3, 8, "hybrid K=3+5")
-        assert controller.decide(8, Lookup(list(range(11, 19)), 20)).drafter == "ngram"  # a full run: lookup alone, free
-        assert controller.decide(8, Lookup()).drafter == "model"  # no run: the model alone
+        assert (short.source, short.lookup_k, short.k, short.label) == ("hybrid", 3, 8, "hybrid K=3+5")
+        assert controller.decide(8, Lookup(list(range(11, 19)), 20)).source == "ngram"  # a full run: lookup alone, free
+        assert controller.decide(8, Lookup()).source == "model"  # no run: the model alone
 
 
 def test_autos_hybrid_steps_are_lossless_on_tiny_models(tiny):
@@ -854,7 +854,7 @@ def test_auto_prices_a_catch_up_by_the_drafts_own_batches_spread_over_the_steps_
                                      ModelDrafter(engine.draft, lazy_start=True))
             controller.start(list(range(1, 17)))  # sixteen tokens the draft has yet to read
             assert controller.model is not None and controller.model.pending_tokens == 16
-            choices[name] = controller.decide(1, Lookup()).drafter
+            choices[name] = controller.decide(1, Lookup()).source
     assert choices == {"cheap": "model", "resumable": "model", "dear": "none"}
 
 
@@ -878,7 +878,7 @@ def test_a_catch_up_is_spread_over_the_asks_that_resumes_have_bought(tiny):
             for _ in range(10):
                 controller.resume_runs.step(copied=False)  # ...where lookup has taken no step
             spreads[name] = controller.resume_runs.expected
-            decisions[name] = controller.decide(1, Lookup()).drafter
+            decisions[name] = controller.decide(1, Lookup()).source
     assert spreads["editing code"] < 2 < 15 < spreads["writing code"]
     assert decisions == {"writing code": "model", "editing code": "none"}
 

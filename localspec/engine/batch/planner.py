@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from localspec.engine.drafters.auto.acceptance import prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.auto.choice import HYBRID, PLAIN, Choice
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
-from localspec.engine.drafters.auto.controller import HYBRID, best_hybrid, draft_label
+from localspec.engine.drafters.auto.controller import best_hybrid
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
@@ -41,26 +42,6 @@ class SlotOptions:
     lookup: Lookup  # prompt lookup's run here (maybe empty)
     pending: int  # tokens the draft model must read before it drafts for this slot
     belief: SequenceBelief = field(default_factory=SequenceBelief)  # what the slot's answer has shown so far
-
-
-@dataclass(frozen=True)
-class Choice:
-    source: str  # "none", "ngram", "model" or "hybrid"
-    k: int
-    predicted: float  # tokens this step is expected to emit for the slot: 1 + expected accepted
-    lookup_k: int = 0  # hybrid: the lookup tokens the draft model continues after (k - lookup_k are the model's)
-
-    @property
-    def label(self) -> str:
-        return draft_label(self.source, self.k, self.lookup_k)
-
-    @property
-    def model_k(self) -> int:
-        """The draft model's share of the draft (all of it for "model", the rest after the lookup for "hybrid")."""
-        return self.k - self.lookup_k if self.source in ("model", HYBRID) else 0
-
-
-PLAIN = Choice("none", 0, 1.0)
 
 
 class BatchPlanner:

@@ -25,11 +25,12 @@ import numpy as np
 
 from localspec.engine import prompt_passes
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
-from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
+from localspec.engine.batch.planner import BatchPlanner, SlotOptions
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.decode import emitted_tokens, first_token, judge, top2_margins
 from localspec.engine.drafters import registry
+from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.ngram import Lookup

@@ -21,6 +21,7 @@ from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_cu
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun, settle
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.catch_up import ResumeRuns, catch_up_price
+from localspec.engine.drafters.auto.choice import HYBRID, Choice
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -29,8 +30,6 @@ from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, LookupMemory, NgramDrafter
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.tuning import CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX
-
-HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 
 
 @dataclass(frozen=True)
@@ -58,27 +57,6 @@ def best_hybrid(costs: CostTable, pending: int, spread: float, n_lookup: int, k_
     return best
 
 
-def draft_label(drafter: str, k: int, lookup_k: int) -> str:
-    """A step's choice as the statistics name it: none, "ngram K=3", "hybrid K=3+5" (lookup tokens + the model's)."""
-    if k == 0:
-        return "none"
-    if drafter == HYBRID:
-        return f"{HYBRID} K={lookup_k}+{k - lookup_k}"
-    return f"{drafter} K={k}"
-
-
-@dataclass(frozen=True)
-class Decision:
-    drafter: str  # "none", "ngram", "hybrid" or the draft model's name
-    k: int
-    predicted_tokens: float  # 1 + expected accepted tokens
-    lookup_k: int = 0  # hybrid: the lookup tokens the draft model continues after (k - lookup_k are the model's)
-
-    @property
-    def label(self) -> str:
-        return draft_label(self.drafter, self.k, self.lookup_k)
-
-
 class AutoDrafter(Drafter):
     """Chooses, each step, between plain decoding, prompt lookup and the draft model, and how far to draft."""
 
@@ -94,7 +72,7 @@ class AutoDrafter(Drafter):
         self.lookup_acceptance = AgreementModel()
         self.draft_acceptance = ConfidenceClasses()
         self.belief = SequenceBelief()  # the answer's own: the target's confidence, resumes, the class last asked in
-        self.last_decision = Decision("none", 0, 1.0)
+        self.last_decision = Choice("none", 0, 1.0)
         self._shadows: list[ShadowRun] = []
         self._model_drafted: int | None = None  # tokens the draft model proposed this step (None: it was not asked)
         self._model_after = 0  # lookup tokens before them (a hybrid step): the model is judged only if all survive
@@ -125,17 +103,17 @@ class AutoDrafter(Drafter):
         self.draft_acceptance.carry_over(CARRIED_ASKS)
         self.belief.new_answer()
 
-    def decide(self, k_cap: int, lookup: Lookup) -> Decision:
-        plain = Decision("none", 0, 1.0)
-        options: list[tuple[Decision, float]] = [(plain, 1.0 / self.costs.verify(1))]
+    def decide(self, k_cap: int, lookup: Lookup) -> Choice:
+        plain = Choice("none", 0, 1.0)
+        options: list[tuple[Choice, float]] = [(plain, 1.0 / self.costs.verify(1))]
         n_lookup = self.belief.lookup_cap(self.costs, lookup.match_length, min(k_cap, len(lookup.tokens)))
         lookup_expected, lookup_survive = self.lookup_acceptance.prefix_curves(
             lookup.match_length, n_lookup, self.confidence.unsure, lookup.own, self.belief.copy_effect,
             self.belief.edit_points.judge(lookup.tokens[:n_lookup]))
         for k in range(1, n_lookup + 1):
             tokens = 1 + lookup_expected[k]
-            options.append((Decision(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
-        model_tries: list[tuple[Decision, float, float]] = []  # each with its price (catch-up spread) and its cost now
+            options.append((Choice(self.ngram.name, k, tokens), tokens / self.costs.verify(k + 1)))
+        model_tries: list[tuple[Choice, float, float]] = []  # each with its price (catch-up spread) and its cost now
         if self.model is not None and self.costs.has_draft:
             model_expected, _ = self.model_acceptance.prefix_curves(MODEL_K_MAX)
             # The draft first decodes the accepted text it has not seen, in one batch that also gives its first token
@@ -144,16 +122,16 @@ class AutoDrafter(Drafter):
             priced, now = catch_up_price(self.costs, pending, spread), self.costs.draft_batch(max(1, pending))
             for k in range(1, min(k_cap, MODEL_K_MAX) + 1):
                 rest = (k - 1) * self.costs.draft_ms_per_token + self.costs.verify(k + 1)
-                decision = Decision(self.model.name, k, 1 + model_expected[k])
-                options.append((decision, decision.predicted_tokens / (priced + rest)))
+                decision = Choice(self.model.name, k, 1 + model_expected[k])
+                options.append((decision, decision.predicted / (priced + rest)))
                 model_tries.append((decision, priced + rest, now + rest))
             hybrid = best_hybrid(self.costs, pending, spread, n_lookup, k_cap, lookup_expected, lookup_survive, model_expected)
             if hybrid is not None:
-                options.append((Decision(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k), hybrid.rate))
+                options.append((Choice(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k), hybrid.rate))
         best, best_rate = max(options, key=lambda option: option[1])
-        if self.model is not None and best.drafter in (self.model.name, HYBRID):
+        if self.model is not None and best.source in (self.model.name, HYBRID):
             return best
-        self.exploration.accrue(best.predicted_tokens / best_rate)
+        self.exploration.accrue(best.predicted / best_rate)
         # Exploration: the cheapest try of the draft model that would win accepted as often as the target has lately been
         # sure (confidence.py), when the budget pays for what it is expected to lose. One that cannot win even then
         # (a draft too slow for its target, or text too unsure) is never tried. Hope is judged at the draft's price, as it
@@ -163,7 +141,7 @@ class AutoDrafter(Drafter):
         hopeful = [(decision, now) for decision, price, now in model_tries if (1 + hoped[decision.k]) / price > best_rate]
         if hopeful:
             decision, now = min(hopeful, key=lambda try_: try_[0].k)
-            if self.exploration.afford(now - decision.predicted_tokens / best_rate):
+            if self.exploration.afford(now - decision.predicted / best_rate):
                 return decision
         return best
 
@@ -175,7 +153,7 @@ class AutoDrafter(Drafter):
         decision = self.decide(k, lookup)
         self.last_decision = decision
         self._model_drafted, self._model_after = None, 0
-        if self.model is not None and decision.drafter in (self.model.name, HYBRID):
+        if self.model is not None and decision.source in (self.model.name, HYBRID):
             self.belief.asked(self.model.pending_tokens)
             run = lookup.tokens[: decision.lookup_k]  # empty unless hybrid
             # Greedy at T > 0 too: its tokens are then judged as lookup's are, one draw for each settled position, so a seed
@@ -188,12 +166,12 @@ class AutoDrafter(Drafter):
         else:
             tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
             draft = Draft.deterministic(tokens, sampling)
-        draft.choice, draft.predicted_tokens = decision.label, decision.predicted_tokens  # the loop records them in the statistics
+        draft.choice, draft.predicted_tokens = decision.label, decision.predicted  # the loop records them in the statistics
         return draft
 
     def advance(self, tokens: Sequence[int]) -> None:
         accepted = len(tokens) - 1
-        self.belief.stepped(self.costs, self.last_decision.k if self.last_decision.drafter == self.ngram.name else 0, tokens)
+        self.belief.stepped(self.costs, self.last_decision.k if self.last_decision.source == self.ngram.name else 0, tokens)
         if self._model_drafted is not None and accepted >= self._model_after:
             self.draft_acceptance[self.belief.asked_class].observe_asked(self._model_drafted, accepted - self._model_after)
         self._model_drafted, self._model_after = None, 0

@@ -1,0 +1,37 @@
+"""What auto chose for one step: the one record the controller (one sequence), the batch planner (many) and the
+statistics share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
+
+
+def draft_label(source: str, k: int, lookup_k: int) -> str:
+    """A step's choice as the statistics name it: none, "ngram K=3", "hybrid K=3+5" (lookup tokens + the model's)."""
+    if k == 0:
+        return "none"
+    if source == HYBRID:
+        return f"{HYBRID} K={lookup_k}+{k - lookup_k}"
+    return f"{source} K={k}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    source: str  # "none", "ngram", "model" or "hybrid"
+    k: int
+    predicted: float  # tokens the step is expected to emit: 1 + expected accepted
+    lookup_k: int = 0  # hybrid: the lookup tokens the draft model continues after (k - lookup_k are the model's)
+
+    @property
+    def label(self) -> str:
+        return draft_label(self.source, self.k, self.lookup_k)
+
+    @property
+    def model_k(self) -> int:
+        """The draft model's share of the draft (all of it for "model", the rest after the lookup for "hybrid")."""
+        return self.k - self.lookup_k if self.source in ("model", HYBRID) else 0
+
+
+PLAIN = Choice("none", 0, 1.0)
