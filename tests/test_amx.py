@@ -30,7 +30,7 @@ LONG_BATCH = (  # a 64-token batch: the AMX matmul runs for batches, a single to
     "if sys.argv[2] == 'keep-amx':\n"
     "    model_module.amx.settle_amx = lambda: None\n"
     "with model_module.Model(sys.argv[1], model_module.ModelConfig(n_ctx=512, n_threads=2)) as model:\n"
-    "    tokens = model.tokenize('def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n' * 4, add_special=False)[:64]\n"
+    "    tokens = model.vocab.tokenize('def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n' * 4, add_special=False)[:64]\n"
     "    rows = model.decode(tokens, outputs=2)\n"
     "    print(json.dumps({'buffers': amx.cpu_weight_buffers(), 'rows': list(rows.shape), 'n': len(tokens)}))\n"
 )
@@ -46,7 +46,7 @@ SOUND_BUILD_LOAD = (  # the engine's own load: what did settling ask of ggml in 
     "model_module._init_backend()\n"
     "early = {'queries': len(asked), 'features_read': len(read), 'ggml_opened': ggml_library.ggml_library.cache_info().currsize}\n"
     "with model_module.Model(sys.argv[1], model_module.ModelConfig(n_ctx=512, n_threads=2)) as model:\n"
-    "    tokens = model.tokenize('def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n' * 4, add_special=False)[:64]\n"
+    "    tokens = model.vocab.tokenize('def fib(n):\\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\\n' * 4, add_special=False)[:64]\n"
     "    rows = model.decode(tokens, outputs=2)\n"
     "    v = amx.settle_amx()\n"
     "    print(json.dumps({'early': early, 'verdict': {'offered': v.offered, 'sound': v.sound, 'reason': v.reason},\n"

@@ -31,7 +31,7 @@ def test_the_oldest_turns_leave_the_prompt_and_the_newest_gets_an_answer(tiny, t
         fitted = fit_conversation(target, messages, room=128)
         assert fitted.dropped_messages > 0 and fitted.dropped_messages % 2 == 0  # whole turns: a question with its answer
         kept = messages[:1] + messages[1 + fitted.dropped_messages :]
-        assert fitted.tokens == target.tokenize(render_chat(target, kept), add_special=False)
+        assert fitted.tokens == target.vocab.tokenize(render_chat(target, kept), add_special=False)
         assert len(fitted.tokens) + 128 <= target.n_ctx and kept[1].role == "user" and kept[-1].content == "and the last question"
 
         history = History(tmp_path / "h.sqlite3")

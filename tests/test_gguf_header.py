@@ -12,11 +12,12 @@ from localspec.gguf.header import read_header, read_local_header
 
 
 def _same_vocabulary_facts(header, model: Model) -> None:
-    assert header.vocab_type == model.vocab_type
-    assert (header.bos, header.eos, header.add_bos, header.add_eos) == (model.bos, model.eos, model.add_bos, model.add_eos)
-    assert header.n_vocab == model.n_vocab
-    for token in (0, 5, 100, model.n_vocab // 2, model.n_vocab - 1):
-        assert header.token_text(token) == model.token_text(token)
+    vocab = model.vocab
+    assert header.vocab_type == vocab.vocab_type
+    assert (header.bos, header.eos, header.add_bos, header.add_eos) == (vocab.bos, vocab.eos, vocab.add_bos, vocab.add_eos)
+    assert header.n_vocab == vocab.n_vocab == model.n_vocab
+    for token in (0, 5, 100, vocab.n_vocab // 2, vocab.n_vocab - 1):
+        assert header.token_text(token) == vocab.token_text(token)
 
 
 def test_tiny_header_matches_the_gguf_package_and_llama_cpp(tiny):

@@ -52,7 +52,7 @@ def test_pair_loads_and_uses_the_qwen_chat_template(engine):
     rendered = render_chat(engine.target, [Message("user", "hi")])
     assert rendered.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     tokens = prompt_for(engine, "hi")
-    assert tokens.count(engine.target.tokenize("<|im_start|>", add_special=False)[0]) == 3  # parsed as one special token
+    assert tokens.count(engine.target.vocab.tokenize("<|im_start|>", add_special=False)[0]) == 3  # parsed as one special token
 
 
 LATER_DRAFTERS = ("ngram", "hybrid", "hierarchical", "tree", "self", "auto")
@@ -111,7 +111,7 @@ SOURCE = "def total(items):\n    x = 0\n    for item in items:\n        x = x + 
 def test_a_rename_in_real_tokens_is_drafted_after_its_first_use(engine):
     """With the real tokenizer: an answer that renames `x` to `count` breaks its copy of the code once; from then on the
     lookup drafts `count` wherever the source says `x`, so every later step's offer is the answer's next token."""
-    tokenize = lambda text: engine.target.tokenize(text, add_special=False)  # noqa: E731
+    tokenize = lambda text: engine.target.vocab.tokenize(text, add_special=False)  # noqa: E731
     answer = tokenize(SOURCE.replace(" x", " count"))
     drafter = NgramDrafter()
     drafter.start(prompt_for(engine, "Rename x to count:\n\n" + SOURCE))

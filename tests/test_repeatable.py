@@ -31,8 +31,8 @@ def test_a_prompts_last_row_and_answer_are_the_same_whatever_the_cache_held(real
     target, _ = real_models
     with Engine(EngineConfig(target, n_ctx=2048)) as engine:
         model = engine.target
-        prompt = model.tokenize(TEXT, add_special=False)
-        other = model.tokenize(OTHER_TAIL, add_special=False)
+        prompt = model.vocab.tokenize(TEXT, add_special=False)
+        other = model.vocab.tokenize(OTHER_TAIL, add_special=False)
         assert len(prompt) > 200
         model.clear_cache()
         fresh_row = first_row(engine, prompt)

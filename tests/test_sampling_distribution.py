@@ -45,7 +45,7 @@ def exact_joint(model: Model, prompt: list[int], params: SamplingParams) -> dict
             row = model.decode([[*prompt, *prefix][-1]], outputs=1)[0]
             dist = distribution(row, params)
             for token, p in zip(dist.ids.tolist(), dist.probs.tolist()):
-                if model.is_eog(token):
+                if model.vocab.is_eog(token):
                     ended[prefix] = ended.get(prefix, 0.0) + p_prefix * p
                 else:
                     grown[(*prefix, token)] = p_prefix * p

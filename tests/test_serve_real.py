@@ -67,9 +67,9 @@ def test_the_fim_prompt_has_llama_cpps_repository_header_with_or_without_other_f
     from localspec.engine.llama.model import Model, ModelConfig
 
     with Model(real_models[0], ModelConfig(n_ctx=1024)) as model:
-        fim = model.fim_tokens()
-        header = [fim["rep"], *model.tokenize("myproject\n", add_special=False, parse_special=False)]
-        file = [fim["sep"], *model.tokenize("filename\n", add_special=False, parse_special=False)]
+        fim = model.vocab.fim_tokens()
+        header = [fim["rep"], *model.vocab.tokenize("myproject\n", add_special=False, parse_special=False)]
+        file = [fim["sep"], *model.vocab.tokenize("filename\n", add_special=False, parse_special=False)]
         for extra in ([], [("util.py", "import math\n")]):
             prompt = fim_prompt(model, "def f(x):\n    return ", "\n", extra)
             pre = prompt.index(fim["pre"])

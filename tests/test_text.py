@@ -38,5 +38,5 @@ def test_generated_text_is_the_utf8_decoding_of_the_token_bytes(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["near"])) as engine:
         prompt = raw_prompt_tokens(engine.target, "€ über naïve 日本")
         result = run(engine.speculative, prompt, GenerationConfig(max_tokens=80, draft_max=3))
-        data = b"".join(engine.target.token_bytes(t) for t in result.tokens)
+        data = b"".join(engine.target.vocab.token_bytes(t) for t in result.tokens)
     assert result.text == data.decode("utf-8", errors="replace")

@@ -50,8 +50,8 @@ def render_messages(model: Model, messages: list[dict[str, Any]], tools: list[di
             f"{model.path.name} has no chat template (tokenizer.chat_template), so localspec cannot "
             "format a conversation for it. Use raw completion instead (`localspec generate --raw`)."
         )
-    bos = model.token_text(model.bos) if model.bos >= 0 else ""
-    eos = model.token_text(model.eos) if model.eos >= 0 else ""
+    bos = model.vocab.token_text(model.vocab.bos) if model.vocab.bos >= 0 else ""
+    eos = model.vocab.token_text(model.vocab.eos) if model.vocab.eos >= 0 else ""
     try:
         formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
         return formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]
@@ -64,9 +64,9 @@ def render_messages(model: Model, messages: list[dict[str, Any]], tools: list[di
 
 def chat_prompt_tokens(model: Model, messages: list[Message]) -> list[int]:
     """Tokenize the rendered chat with special tokens parsed; the template already placed BOS."""
-    return model.tokenize(render_chat(model, messages), add_special=False, parse_special=True)
+    return model.vocab.tokenize(render_chat(model, messages), add_special=False, parse_special=True)
 
 
 def raw_prompt_tokens(model: Model, text: str) -> list[int]:
     """Plain completion: the text as is, with the BOS token the model asks for."""
-    return model.tokenize(text, add_special=True, parse_special=False)
+    return model.vocab.tokenize(text, add_special=True, parse_special=False)

@@ -177,10 +177,10 @@ def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.nd
     )
     events: list[TokenEvent] = []
     for i, token in enumerate([*verdict.accepted, verdict.token]):
-        if target.is_eog(token):
+        if target.vocab.is_eog(token):
             return events, StopReason.EOS
         source = TokenSource.ACCEPTED if i < verdict.n_accepted else final_source
-        piece = text.push(target.token_bytes(token))
+        piece = text.push(target.vocab.token_bytes(token))
         stats.predicted_n += 1
         events.append(TokenEvent(token, piece, source, stats.n_steps, stats, None if margins is None else float(margins[i])))
         if text.stopped:

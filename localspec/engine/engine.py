@@ -58,7 +58,7 @@ class Engine:
                                                                     devices=config.draft_devices), role="draft")
                 self._check_cancel(cancel)
                 report("checking the pair")
-                check_pair(self.target, self.draft)
+                check_pair(self.target.vocab, self.draft.vocab)
         except BaseException:
             self.close()
             raise
@@ -104,7 +104,7 @@ class Engine:
             config = ModelConfig(self.config.self_draft_gpu_layers, self.config.n_ctx, n_threads=self.config.n_threads,
                                  devices=self.config.target_devices)
             self._self_draft = Model(made.path, config, role="self-draft")
-            check_pair(self.target, self._self_draft)
+            check_pair(self.target.vocab, self._self_draft.vocab)
         return self._self_draft
 
     @staticmethod

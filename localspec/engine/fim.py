@@ -21,7 +21,7 @@ class FimUnsupportedError(LocalspecError):
 
 
 def _tokens(model: Model, text: str) -> list[int]:
-    return model.tokenize(text, add_special=False, parse_special=False) if text else []
+    return model.vocab.tokenize(text, add_special=False, parse_special=False) if text else []
 
 
 def fim_prompt(model: Model, prefix: str, suffix: str, extra: Sequence[tuple[str, str]] = (), prompt: str = "",
@@ -29,7 +29,7 @@ def fim_prompt(model: Model, prefix: str, suffix: str, extra: Sequence[tuple[str
     """The prompt that makes the model write what goes between `prefix` (+ `prompt`, the current line) and `suffix`,
     within `n_ctx`, the context one request may fill (a slot's share when slots share the model; default: all of it)."""
     n_ctx = n_ctx or model.n_ctx
-    fim = model.fim_tokens()
+    fim = model.vocab.fim_tokens()
     if not {"pre", "suf", "mid"} <= fim.keys():
         raise FimUnsupportedError(
             f"{model.path.name} has no fill-in-the-middle tokens, so it cannot complete between a prefix and a suffix. "
@@ -50,5 +50,5 @@ def fim_prompt(model: Model, prefix: str, suffix: str, extra: Sequence[tuple[str
     if "sep" in fim:
         context += [fim["sep"], *_tokens(model, "filename\n")]
     context = context[-(n_ctx // 4) :]  # the extra context yields first: the cursor's own file matters most
-    bos = [model.bos] if model.add_bos and model.bos >= 0 else []
+    bos = [model.vocab.bos] if model.vocab.add_bos and model.vocab.bos >= 0 else []
     return [*context, *bos, fim["pre"], *prefix_tokens, *prompt_tokens, fim["suf"], *suffix_tokens, fim["mid"]]

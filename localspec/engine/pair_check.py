@@ -15,7 +15,7 @@ MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_COMPARED_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are specials that may differ
 
 
-class Vocabulary(Protocol):
+class TokenizerFacts(Protocol):
     """What the check reads: a loaded Model, or a GGUF header (local, or read over HTTP before a download)."""
 
     @property
@@ -41,7 +41,7 @@ def _refuse(reason: str) -> PairMismatchError:
     )
 
 
-def check_pair(target: Vocabulary, draft: Vocabulary) -> None:
+def check_pair(target: TokenizerFacts, draft: TokenizerFacts) -> None:
     """Raise PairMismatchError naming the first difference, or return if the pair is usable."""
     if target.vocab_type != draft.vocab_type:
         raise _refuse(f"vocabulary types differ (target {target.vocab_type}, draft {draft.vocab_type})")

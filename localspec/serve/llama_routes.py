@@ -88,9 +88,9 @@ async def embeddings() -> JSONResponse:
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     _, engine = server(request)
-    tokens = engine.target.tokenize(body.content, add_special=body.add_special, parse_special=True)
+    tokens = engine.target.vocab.tokenize(body.content, add_special=body.add_special, parse_special=True)
     if body.with_pieces:
-        return {"tokens": [{"id": t, "piece": engine.target.token_bytes(t).decode("utf-8", errors="replace")} for t in tokens]}
+        return {"tokens": [{"id": t, "piece": engine.target.vocab.token_bytes(t).decode("utf-8", errors="replace")} for t in tokens]}
     return {"tokens": tokens}
 
 
@@ -99,7 +99,7 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any
     _, engine = server(request)
     if any(not 0 <= t < engine.target.n_vocab for t in body.tokens):
         raise UsageError(f"`tokens` must be ids from 0 to {engine.target.n_vocab - 1}.")
-    return {"content": b"".join(engine.target.token_bytes(t) for t in body.tokens).decode("utf-8", errors="replace")}
+    return {"content": b"".join(engine.target.vocab.token_bytes(t) for t in body.tokens).decode("utf-8", errors="replace")}
 
 
 @router.get("/metrics")
@@ -118,7 +118,7 @@ async def completion(body: NativeCompletionRequest, request: Request) -> Any:
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             return [int(t) for t in prompt], False
         text = "".join(str(t) for t in prompt) if isinstance(prompt, list) else prompt
-        return model.tokenize(text, add_special=True, parse_special=True), False
+        return model.vocab.tokenize(text, add_special=True, parse_special=True), False
 
     return await _native(state, request, body, build, body.n_predict, "completion")
 

@@ -55,7 +55,7 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
 
     def build(model: Model) -> tuple[list[int], bool]:
         text = render_messages(model, messages, tools)
-        return model.tokenize(text, add_special=False, parse_special=True), reasoning and text.rstrip().endswith(THINK_OPEN)
+        return model.vocab.tokenize(text, add_special=False, parse_special=True), reasoning and text.rstrip().endswith(THINK_OPEN)
 
     job = state.worker.submit(state.generation_job("chat" + (", streamed" if body.stream else ""), drafter, build, config))
     start, events = await started(job, request)
@@ -137,7 +137,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
             return [int(t) for t in prompt], False
         if body.suffix is not None:  # llama.cpp's server refuses `suffix`; editors send it for autocomplete
             return fim_prompt(model, prompt, body.suffix, n_ctx=state.request_context), False
-        return model.tokenize(prompt, add_special=True, parse_special=True), False  # clients send their own FIM templates
+        return model.vocab.tokenize(prompt, add_special=True, parse_special=True), False  # clients send their own FIM templates
 
     job = state.worker.submit(state.generation_job("completion" + (", streamed" if body.stream else ""), drafter, build, config))
     _, events = await started(job, request)

@@ -75,7 +75,7 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
 
 def plain_ms_per_token(engine: Engine) -> float:
     """The target's own plain step on this machine, timed over a few tokens: the baseline every speedup is measured against."""
-    prompt = engine.target.tokenize("Hello", add_special=True)
+    prompt = engine.target.vocab.tokenize("Hello", add_special=True)
     stats = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS))).stats
     return stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
 

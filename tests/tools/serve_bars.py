@@ -150,7 +150,7 @@ def start_modes(stack: ExitStack, args: argparse.Namespace) -> dict[str, Callabl
     def counted(text: str) -> int:
         """Every mode's answer counted alike, in its text (llama-server's `completion_tokens` counts the end-of-generation
         token it sampled, ours does not: bench/load.py)."""
-        return len(engine.target.tokenize(text, add_special=False))
+        return len(engine.target.vocab.tokenize(text, add_special=False))
 
     def via_http(url: str) -> Callable[[list[dict[str, str]]], tuple[int, float]]:
         def ask(messages: list[dict[str, str]]) -> tuple[int, float]:

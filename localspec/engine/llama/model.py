@@ -1,10 +1,10 @@
 """One GGUF model and its llama.cpp context, over llama-cpp-python's low-level API.
 
-The wrapper owns a single sequence (seq 0) and remembers which tokens sit in
-its KV cache, so that callers speak in tokens and positions are derived, never
-tracked twice. Logits are exposed as zero-copy numpy views of llama.cpp's own
-buffer: copying 150k floats per row into Python would cost more than the
-Python side of a whole speculative step.
+Its context holds one sequence, or several (the batch scheduler's slots, a tree draft's second branch). For
+sequence 0 it remembers which tokens sit in the cache (kv_tokens), so one-sequence callers speak in tokens and
+positions are derived, never tracked twice; the batch scheduler keeps its slots' tokens itself. Logits are zero-copy
+numpy views of llama.cpp's own buffer: copying 150k floats per row into Python would cost more than the Python side
+of a whole speculative step. The vocabulary is an object of its own (vocabulary.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import numpy as np
 from localspec.engine import defaults, prompt_passes
 from localspec.engine.errors import EngineError, ModelLoadError
 from localspec.engine.grammar import Grammar
-from localspec.engine.llama import amx, device_faults, hardware, llama_log
+from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
+from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
 
 GGUF_MAGIC = b"GGUF"
@@ -80,7 +81,7 @@ def check_gguf_file(path: Path) -> None:
 
 
 class Model:
-    """A loaded GGUF model with one llama.cpp context (sequence 0)."""
+    """A loaded GGUF model, its vocabulary, and one llama.cpp context holding one sequence or several."""
 
     def __init__(self, path: str | Path, config: ModelConfig = ModelConfig(), role: str = "model") -> None:
         self.path = Path(path)
@@ -98,13 +99,11 @@ class Model:
             model_params.devices = ctypes.addressof(devices)
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
-            raise ModelLoadError(self._load_failure_message())
+            raise ModelLoadError(failures.load_failed(self.path))
 
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.vocab = Vocabulary(llama_cpp.llama_model_get_vocab(self._model))
+        self.n_vocab = self.vocab.n_vocab
         self.n_threads = config.resolved_threads()
-        self._pieces: dict[int, bytes] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
         self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
         self.decode_ns = 0  # time inside llama_decode until its work is done, for the Python-overhead figure
         try:
@@ -159,16 +158,6 @@ class Model:
             self._open_context(held)  # the model stays usable as it was; the caller hears why the drafter cannot run
             raise
 
-    def _load_failure_message(self) -> str:
-        errors = llama_log.take_recent_errors()
-        size = self.path.stat().st_size
-        reason = "; ".join(errors) if errors else "no reason given"
-        return (
-            f"llama.cpp could not load {self.path} ({size:,} bytes): {reason}. "
-            "The file may be truncated or damaged (download it again), or made for a newer llama.cpp "
-            f"(see the full log in {llama_log.log_file_path()})."
-        )
-
     # --- lifetime -----------------------------------------------------------------
 
     def _close_context(self) -> None:
@@ -193,66 +182,6 @@ class Model:
 
     def __del__(self) -> None:
         self.close()
-
-    # --- vocabulary ---------------------------------------------------------------
-
-    @property
-    def vocab_type(self) -> int:
-        return llama_cpp.llama_vocab_type(self._vocab)
-
-    @property
-    def bos(self) -> int:
-        return llama_cpp.llama_vocab_bos(self._vocab)
-
-    @property
-    def eos(self) -> int:
-        return llama_cpp.llama_vocab_eos(self._vocab)
-
-    @property
-    def add_bos(self) -> bool:
-        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
-
-    @property
-    def add_eos(self) -> bool:
-        return bool(llama_cpp.llama_vocab_get_add_eos(self._vocab))
-
-    def token_text(self, token: int) -> str:
-        """The vocabulary's own spelling of a token (as stored in the GGUF)."""
-        return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
-
-    def fim_tokens(self) -> dict[str, int]:
-        """The fill-in-the-middle tokens the vocabulary has (pre, suf, mid, pad, rep, sep), by name; a model without them: {}."""
-        getters = {"pre": llama_cpp.llama_vocab_fim_pre, "suf": llama_cpp.llama_vocab_fim_suf, "mid": llama_cpp.llama_vocab_fim_mid,
-                   "pad": llama_cpp.llama_vocab_fim_pad, "rep": llama_cpp.llama_vocab_fim_rep, "sep": llama_cpp.llama_vocab_fim_sep}
-        return {name: token for name, get in getters.items() if (token := get(self._vocab)) >= 0}
-
-    def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
-
-    def token_bytes(self, token: int) -> bytes:
-        """The bytes a token contributes to the output text (control tokens give none)."""
-        piece = self._pieces.get(token)
-        if piece is None:
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
-                piece = buf.raw[:n]
-            else:
-                piece = self._piece_buf.raw[:n]
-            self._pieces[token] = piece
-        return piece
-
-    def tokenize(self, text: str, add_special: bool, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        tokens = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
-        if n < 0:
-            capacity = -n
-            tokens = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
-        return list(tokens[:n])
 
     # --- metadata -----------------------------------------------------------------
 
@@ -401,7 +330,7 @@ class Model:
         outputs = sum(1 for wants in wants_logits if wants)
         pointer = llama_cpp.llama_get_logits(self._ctx) if rc == 0 and outputs else None
         if rc != 0:
-            raise EngineError(self._decode_failure_message(rc, n))
+            raise EngineError(failures.decode_failed(self.role, rc, n, self.n_ctx, self.n_past))
         self.n_decoded += n
         address = ctypes.cast(pointer, ctypes.c_void_p).value if pointer is not None else None
         return self._logits_view(address, outputs) if address is not None else np.empty((0, self.n_vocab), dtype=np.float32)
@@ -415,18 +344,9 @@ class Model:
             self._view_key = (address, outputs)
         return self._view
 
-    def _decode_failure_message(self, rc: int, n: int) -> str:
-        if rc == 1:
-            return (
-                f"{self.role} model: no room in the {self.n_ctx}-token context for {n} more tokens "
-                f"({self.n_past} in use). Start a new conversation or raise the context size."
-            )
-        errors = "; ".join(llama_log.take_recent_errors()) or f"llama_decode returned {rc}"
-        return f"{self.role} model: decoding failed ({errors}). See {llama_log.log_file_path()}."
-
     def grammar(self, gbnf: str) -> Grammar:
         """A fresh answer's grammar state over this model's vocabulary (engine/grammar.py)."""
-        return Grammar(self._vocab, self.n_vocab, gbnf)
+        return Grammar(self.vocab.handle, self.n_vocab, gbnf)
 
     def keep_cached_prefix(self, tokens: Sequence[int]) -> int:
         """Cut the cache back to its longest prefix shared with `tokens`, however it was read (a draft's cells change

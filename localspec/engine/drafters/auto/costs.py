@@ -134,7 +134,7 @@ def time_passes(model: Model, sizes: Sequence[int], repeats: int) -> PassCosts:
     that decide K, so sizes are timed in turn within each repeat, each size's cost is taken relative to the single token timed beside it,
     and the median of those ratios scales the median single-token time: a shape that drift does not bend.
     """
-    token = model.bos if model.bos >= 0 else 0
+    token = model.vocab.bos if model.vocab.bos >= 0 else 0
     sizes = [n for n in sizes if n <= model.n_batch]
     runs: dict[int, list[float]] = {n: [] for n in sizes}
     for n in sizes:  # untimed: the first pass of a shape pays for what later ones reuse (module docstring)
