@@ -78,3 +78,6 @@ def test_the_server_refuses_a_drafter_its_pair_cannot_run_at_start_and_per_reque
         assert status == 400 and "localspec.drafter model needs a draft model" in body["error"]["message"], body
         status, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert status == 200 and body["localspec"]["drafter"] == "ngram", body
+        status, props = server.request("GET", "/props")  # what a silent request gets, resolved by the same rules
+        assert props["default_generation_settings"]["params"] == {"speculative.n_max": defaults.DRAFT_MAX,
+                                                                  "speculative.p_min": defaults.DRAFT_P_MIN, "localspec.drafter": "ngram"}

@@ -41,7 +41,7 @@ async def props(request: Request) -> dict[str, Any]:
     state, engine = server(request)
     return {
         "default_generation_settings": {"n_ctx": state.request_context, "model": state.options.alias,
-                                        "params": {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min}},
+                                        "params": state.standing_params()},
         "total_slots": state.options.parallel, "model_path": str(engine.config.target), "chat_template": engine.target.chat_template() or "",
         "build_info": f"localspec {__version__}", "modalities": {"vision": False, "audio": False},
         "localspec": {"draft_path": str(engine.config.draft) if engine.config.draft else None, "drafter": state.options.drafter,
@@ -53,7 +53,7 @@ async def props(request: Request) -> dict[str, Any]:
 async def slots(request: Request) -> list[dict[str, Any]]:
     """llama.cpp's shape, a row per slot, with the speculation each has done (its running request's, else its last's)."""
     state, engine = server(request)
-    params = {"speculative.n_max": state.options.draft_max, "speculative.p_min": state.options.draft_p_min}
+    params = state.standing_params()
     return [{"id": view.id, "id_task": view.task, "n_ctx": view.n_ctx, "speculative": engine.draft is not None or state.options.drafter != "none",
              "is_processing": view.busy, "params": params, "localspec": _slot_stats(state, view)}
             for view in state.worker.slots(engine)]

@@ -60,6 +60,11 @@ class ServerState:
                            pair=self.options.pair, names=SERVER_NAMES)
         return resolved.drafter, resolved.config
 
+    def standing_params(self) -> dict[str, Any]:
+        """The speculation a request that sets none gets, resolved as for a request (llama-server reports its params)."""
+        drafter, config = self.generation(SamplingFields(), None)
+        return {"speculative.n_max": config.draft_max, "speculative.p_min": config.draft_p_min, "localspec.drafter": drafter}
+
     def generation_job(self, route: str, drafter: str, build_prompt: PromptBuilder, config: GenerationConfig,
                        time_limit_ms: int = 0, warm_only: bool = False) -> GenerationJob:
         assert self.engine is not None
