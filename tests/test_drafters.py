@@ -446,7 +446,7 @@ def test_after_a_tree_the_targets_cache_holds_exactly_the_settled_text(tiny):
         fresh = engine.target.decode([7], outputs=1)[0].copy()
         engine.target.truncate(0)
         engine.target.prefill(cached[:-2] + [cached[-1], cached[-2]])  # control: the same tokens, two swapped
-        swapped = engine.target.decode([7], outputs=1)[0]
+        swapped = engine.target.decode([7], outputs=1)[0].copy()  # a view dies with the context: read after the with, it would be freed memory
     # Batched and single-row passes round differently (about 1e-3 here); a wrong cache differs by far more.
     assert np.abs(probe - fresh).max() < 0.01 < np.abs(swapped - fresh).max()
 
