@@ -151,8 +151,8 @@ class Decoder:
         self.drafter.advance([*verdict.accepted, verdict.token])
         t3 = time.perf_counter_ns()
         self.drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6)
-        if draft.choice:
-            stats.record_decision(draft.choice, draft.predicted_tokens)
+        if draft.choice is not None:
+            stats.record_decision(draft.choice.label, draft.choice.predicted)
         stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)
         return draft, verdict, margins
 

@@ -17,12 +17,10 @@ from dataclasses import replace
 
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.batch.slot import SlotRequest
-from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
-from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
-from localspec.errors import UsageError
 from localspec.serve.jobs import Deadline, GenerationJob, Started
+from localspec.serve.options import refuse_unbatchable
 from localspec.serve.worker import END, Job, JobFailed, JobRun, SlotView
 
 
@@ -104,10 +102,7 @@ class BatchWorker:
         try:
             prompt, thinking_open = work.prompt(work.engine.target)
             scheduler.check_fits(prompt)
-            try:
-                registry.batch_role(work.drafter)
-            except EngineError as exc:
-                raise UsageError(str(exc)) from None
+            refuse_unbatchable(work.drafter)
         except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
             job.put(JobFailed(exc))
             job.put(END)

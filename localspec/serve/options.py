@@ -49,10 +49,15 @@ def check_parallel(options: ServeOptions) -> None:
     if not 1 <= options.parallel <= MAX_PARALLEL:
         raise UsageError(f"--parallel {options.parallel} is out of range: it takes a whole number from 1 to {MAX_PARALLEL}.")
     if options.parallel > 1:
-        try:
-            registry.batch_role(options.drafter)
-        except EngineError as exc:
-            raise UsageError(str(exc)) from None
+        refuse_unbatchable(options.drafter)
+
+
+def refuse_unbatchable(drafter: str) -> None:
+    """A UsageError, in the registry's words, for a drafter several slots cannot run together (at start, per request)."""
+    try:
+        registry.batch_role(drafter)
+    except EngineError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_bind(options: ServeOptions) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.sampling import Distribution, SamplingParams
 
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
@@ -36,9 +37,7 @@ class Draft:
     # q for each token, only when the draft was sampled (temperature > 0, speculative sampling).
     dists: list[Distribution] = field(default_factory=list)
     fork: Fork | None = None  # tree drafts only
-    # What a drafter that chooses (auto) chose for this step and how many tokens it expected: the statistics' record.
-    choice: str = ""
-    predicted_tokens: float = 0.0
+    choice: Choice | None = None  # what a drafter that chooses (auto) chose for this step: the statistics record it
 
     @property
     def n_tokens(self) -> int:

@@ -166,7 +166,7 @@ class AutoDrafter(Drafter):
         else:
             tokens = lookup.tokens[: decision.k]  # K = 0 (plain decoding) proposes nothing
             draft = Draft.deterministic(tokens, sampling)
-        draft.choice, draft.predicted_tokens = decision.label, decision.predicted  # the loop records them in the statistics
+        draft.choice = decision  # the loop records it in the statistics
         return draft
 
     def advance(self, tokens: Sequence[int]) -> None:
