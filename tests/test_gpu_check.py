@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def test_the_gpu_check_runs_here_on_a_cpu_build(tmp_path: Path):
-    result = subprocess.run([sys.executable, "-m", "tests.tools.gpu_check", "--cpu", "--shape", "small", "--tokens", "32",
+    result = subprocess.run([sys.executable, "-m", "tests.tools.gpu_check", "--cpu", "--shape", "small", "--tokens", "32", "--rounds", "1",
                              "--out", str(tmp_path)], capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     for row in ("plain: llama-bench", "layer-skip draft K=4: speculative-simple / localspec model",

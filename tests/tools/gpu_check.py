@@ -12,7 +12,7 @@ It prints: llama-bench's plain rate against localspec's plain decoding; llama-sp
 draft-model drafter at K=4 and K=8 (draft p-min 0); auto against the best fixed drafter; and every greedy departure
 of a speculative run from plain decoding, with the target's top-2 logit gap there (a near-tie, or a bug).
 
-Run: .venv/bin/python -m tests.tools.gpu_check [--sdist FILE] [--cpu] [--shape 7b|small] [--tokens 256] [--out DIR]
+Run: .venv/bin/python -m tests.tools.gpu_check [--sdist FILE] [--cpu] [--shape 7b|small] [--tokens 256] [--rounds 3] [--out DIR]
 (--shape small --cpu runs in minutes on a 2-core CPU; the 7b shape wants a GPU: about 4.5 GB of weights.)
 """
 
@@ -256,12 +256,12 @@ def write_models(out: Path, shape_name: str, sdist: Path | None) -> dict[str, Pa
 # --- the runs ------------------------------------------------------------------------------------------------------
 
 
-def bench(env: dict[str, str], bin_dir: Path, target: Path, draft: Path, prompts: Path, tokens: int, drafters: str | None,
-          threads: int | None, out: Path, label: str) -> dict:
+def bench(env: dict[str, str], bin_dir: Path, target: Path, draft: Path, prompts: Path, tokens: int, rounds: int,
+          drafters: str | None, threads: int | None, out: Path, label: str) -> dict:
     """`localspec bench` with llama.cpp's tools beside it, in a child on the built library: its JSON (its report: a file)."""
     result_file = out / f"bench-{label}.json"
     command = [sys.executable, "-m", "localspec", "bench", "--target", str(target), "--draft", str(draft), "--prompts", str(prompts),
-               "--max-tokens", str(tokens), "--draft-max", ",".join(map(str, KS)), "--draft-p-min", "0", "--reference-p-min", "0",
+               "--max-tokens", str(tokens), "--rounds", str(rounds), "--draft-max", ",".join(map(str, KS)), "--draft-p-min", "0", "--reference-p-min", "0",
                "--llama-cpp-bin", str(bin_dir), "--json", str(result_file)]
     if drafters:
         command += ["--drafters", drafters]
@@ -315,14 +315,39 @@ def _accepted(runs: list) -> float:
     return sum(r["run"]["n_accept"] for r in runs) / max(1, sum(r["run"]["n_drafted"] for r in runs))
 
 
+@dataclass
+class Pooled:
+    """One mode over all rounds: rates and acceptance pooled as bench's overall row pools them."""
+
+    drafter: str
+    rate: float  # tokens/s: all rounds' tokens over all rounds' time
+    accepted: float  # accepted ÷ drafted over all rounds
+    drafted: int
+    runs: list[dict]  # each round's measurement, in order
+
+
+def pooled(measurements: list[dict]) -> dict[str, Pooled]:
+    by_mode: dict[str, list[dict]] = {}
+    for m in measurements:
+        by_mode.setdefault(m["mode"], []).append(m)
+    result = {}
+    for mode, runs in by_mode.items():
+        stats = [r["stats"] for r in runs]
+        seconds = sum(s["predicted_ms"] for s in stats) / 1000
+        drafted = sum(s["draft_n"] for s in stats)
+        result[mode] = Pooled(runs[0]["drafter"], sum(s["predicted_n"] for s in stats) / seconds if seconds else 0.0,
+                              sum(s["draft_n_accepted"] for s in stats) / max(1, drafted), drafted, runs)
+    return result
+
+
 def report(results: dict[str, dict], tg128: float, plain: dict, header: str) -> None:
     print(f"\n{header}")
     first = results["layer-skip"]
-    by_mode = {label: {m["mode"]: m for m in result["measurements"]} for label, result in results.items()}
-    ours_plain = by_mode["layer-skip"]["plain"]["stats"]["predicted_per_second"]
+    by_mode = {label: pooled(result["measurements"]) for label, result in results.items()}
+    ours_plain = by_mode["layer-skip"]["plain"].rate
     n_gen, depth = first["llama_bench_matched"]["n_gen"], first["llama_bench_matched"]["depth"]
     matched = float(np.mean(first["llama_bench_matched"]["tok_s"])) if first["llama_bench_matched"]["tok_s"] else 0.0
-    print(f"\n{'tok/s':62} {'llama.cpp':>10} {'localspec':>10} {'ratio':>7}")
+    print(f"\n{'tok/s (all rounds pooled)':62} {'llama.cpp':>10} {'localspec':>10} {'ratio':>7}")
     print(f"{'plain: llama-bench -p 0 -n 128 / localspec plain':62} {tg128:10.1f} {ours_plain:10.1f} {ours_plain / tg128:7.2f}")
     if matched:
         print(f"{f'plain: llama-bench tg{n_gen} @ d{depth} (our workload) / localspec plain':62} {matched:10.1f} {ours_plain:10.1f} "
@@ -334,41 +359,42 @@ def report(results: dict[str, dict], tg128: float, plain: dict, header: str) -> 
             if not runs or ours is None:
                 continue
             theirs = _rate(runs)
-            rate = ours["stats"]["predicted_per_second"]
             name = f"{label} draft K={k}: speculative-simple / localspec model"
-            print(f"{name:62} {theirs:10.1f} {rate:10.1f} {rate / theirs if theirs else 0.0:7.2f}   "
-                  f"accepted {100 * _accepted(runs):.0f}% / {100 * ours['stats']['acceptance_rate']:.0f}%")
+            print(f"{name:62} {theirs:10.1f} {ours.rate:10.1f} {ours.rate / theirs if theirs else 0.0:7.2f}   "
+                  f"accepted {100 * _accepted(runs):.0f}% / {100 * ours.accepted:.0f}%")
         if result.get("reference_error"):
             print(f"  ({label}) llama.cpp's tools failed: {result['reference_error']}")
     print(f"\nlocalspec's modes in the same run: ×plain = tok/s ÷ localspec's plain tok/s\n  {'draft':<11} {'mode':<18} {'tok/s':>8} "
           f"{'×plain':>7} {'accepted':>9}")
     for label, modes in by_mode.items():
-        base = modes["plain"]["stats"]["predicted_per_second"]
-        for name, m in modes.items():
-            stats = m["stats"]
-            accepted = f"{100 * stats['acceptance_rate']:8.0f}%" if stats["draft_n"] else f"{'':9}"
-            print(f"  {label:<11} {name:<18} {stats['predicted_per_second']:8.1f} {stats['predicted_per_second'] / base:7.2f} {accepted}")
-        fixed = [(m["stats"]["predicted_per_second"], name) for name, m in modes.items() if m["drafter"] not in ("none", "auto")]
-        auto = next((m for m in modes.values() if m["drafter"] == "auto"), None)
+        base = modes["plain"].rate
+        for name, mode in modes.items():
+            accepted = f"{100 * mode.accepted:8.0f}%" if mode.drafted else f"{'':9}"
+            print(f"  {label:<11} {name:<18} {mode.rate:8.1f} {mode.rate / base:7.2f} {accepted}")
+        fixed = [(mode.rate, name) for name, mode in modes.items() if mode.drafter not in ("none", "auto")]
+        auto = next((mode for mode in modes.values() if mode.drafter == "auto"), None)
         if auto and fixed:
             best_rate, best = max(fixed)
-            print(f"  {label:<11} auto ÷ the best fixed drafter ({best}): {auto['stats']['predicted_per_second'] / best_rate:.2f}")
+            print(f"  {label:<11} auto ÷ the best fixed drafter ({best}): {auto.rate / best_rate:.2f}")
     print("\nGreedy departures from plain decoding (the target's top-2 logit gap there, from its plain run with margins)")
-    departures = 0
+    departures = runs_seen = 0
     for label, modes in by_mode.items():
-        for name, m in modes.items():
-            at = m["departs_at"]
-            if at is None or name == "plain":
+        for name, mode in modes.items():
+            if name == "plain":
                 continue
-            departures += 1
-            gap = plain["margins"][at] if at < len(plain["margins"]) and plain["tokens"][:at] == m["tokens"][:at] else None
-            print(f"  {label} draft, {name}: token {at} of {len(m['tokens'])}, " + (f"top-2 gap {gap:.4f}" if gap is not None else
-                  "the plain run with margins went elsewhere before it (its own departure: rounding)"))
-    runs = sum(len(modes) - 1 for modes in by_mode.values())
+            for round_index, m in enumerate(mode.runs, 1):
+                runs_seen += 1
+                at = m["departs_at"]
+                if at is None:
+                    continue
+                departures += 1
+                gap = plain["margins"][at] if at < len(plain["margins"]) and plain["tokens"][:at] == m["tokens"][:at] else None
+                print(f"  {label} draft, {name}, round {round_index}: token {at} of {len(m['tokens'])}, " + (
+                    f"top-2 gap {gap:.4f}" if gap is not None else "the plain run with margins went elsewhere before it (its own departure: rounding)"))
     if not departures:
-        print(f"  none: all {runs} speculative runs emitted exactly plain decoding's tokens")
-    same = plain["tokens"] == by_mode["layer-skip"]["plain"]["tokens"]
-    print(f"  (plain with margins {'matches' if same else 'does NOT match'} bench's plain run; smallest top-2 gap in it: {min(plain['margins']):.4f})")
+        print(f"  none: all {runs_seen} speculative runs emitted exactly plain decoding's tokens")
+    same = all(plain["tokens"] == m["tokens"] for m in by_mode["layer-skip"]["plain"].runs)
+    print(f"  (plain with margins {'matches' if same else 'does NOT match'} bench's plain runs; smallest top-2 gap in it: {min(plain['margins']):.4f})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="build and run for the CPU even where nvcc and a GPU are found")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="7b", help="7b: the real shapes (default); small: a CPU-sized smoke run")
     parser.add_argument("--tokens", type=int, default=256, help="tokens generated per run (default 256)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode (default 3: the first round is auto's learning)")
     parser.add_argument("--threads", type=int, help="CPU threads for localspec and llama.cpp alike (default: localspec's, the physical cores)")
     parser.add_argument("--out", type=Path, default=paths.cache_dir() / "gpu-check", help="models, reports and JSON (default: localspec's cache)")
     parser.add_argument("--margins-of", type=Path, help=argparse.SUPPRESS)  # the child of plain_margins
@@ -414,7 +441,7 @@ def run(args: argparse.Namespace) -> int:
     prompts = args.out / "prompt.jsonl"
     prompts.write_text(json.dumps({"id": "check", "category": "check", "prompt": PROMPT}) + "\n")
     env = os.environ | {"LLAMA_CPP_LIB_PATH": str(bin_dir), "PYTHONUNBUFFERED": "1"}
-    results = {label: bench(env, bin_dir, files["target"], files[label], prompts, args.tokens, drafters, args.threads, args.out, label)
+    results = {label: bench(env, bin_dir, files["target"], files[label], prompts, args.tokens, args.rounds, drafters, args.threads, args.out, label)
                for label, drafters in (("layer-skip", LAYER_SKIP_DRAFTERS), ("unrelated", "model"))}
     threads = int(results["layer-skip"]["machine"]["threads"])
     tg128 = reference.llama_bench_tg(bin_dir, files["target"], threads, n_gen=128)
@@ -423,7 +450,8 @@ def run(args: argparse.Namespace) -> int:
     device = f"{'CUDA' if cuda else 'CPU'} build in {bin_dir}" + (f", {gpus[0].name}" if cuda and gpus else "")
     header = (f"gpu-check, shape {args.shape}: target {target_shape.name} (Q4_0, {files['target'].stat().st_size / 2**30:.2f} GiB); "
               f"layer-skip draft: its first {LAYER_SKIP_BLOCKS} of {target_shape.n_layer} blocks; unrelated draft {unrelated_shape.name}.\n"
-              f"{device}; threads: {threads}; {args.tokens} tokens per run, greedy, one prompt; K = {', '.join(map(str, KS))} at draft p-min 0.")
+              f"{device}; threads: {threads}; {args.tokens} tokens per run, {args.rounds} rounds, greedy, one prompt; "
+              f"K = {', '.join(map(str, KS))} at draft p-min 0.")
     report(results, tg128, plain, header)
     total = time.perf_counter() - started
     print(f"\nwall time {total:.0f} s (build {built - started:.0f} s); reports and JSON in {args.out}")
