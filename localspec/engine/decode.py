@@ -44,6 +44,18 @@ class GenerationConfig:
     record_margins: bool = False  # evidence for lossless tests; costs a partition per row
     grammar: Grammar | None = None  # what the answer may say (JSON mode): one answer's state, so one config per request
 
+    @property
+    def draft_sampling(self) -> SamplingParams | None:
+        """How drafts are sampled: None (greedy) at temperature 0 and under sample-match, which judges the tokens and
+        never q; else from q at the request's own sampling, which speculative sampling needs."""
+        return None if self.sampling.greedy or self.verification == "sample-match" else self.sampling
+
+    def draft_cap(self, room: int, predicted_n: int, limit: int | None = None) -> int:
+        """The most draft tokens a step may take: K, the cells left after the last settled token (`room`), the tokens the
+        answer has left besides the target's own, and (several slots) each slot's share of a pass (`limit`)."""
+        cap = min(self.draft_max, room, self.max_tokens - predicted_n - 1)
+        return max(0, cap if limit is None else min(cap, limit))
+
 
 class Decoder:
     def __init__(self, target: Model, drafter: Drafter | None = None) -> None:
@@ -88,7 +100,7 @@ class Decoder:
                 reason = StopReason.CONTEXT_FULL
                 message = f"The context is full ({target.n_ctx} tokens). Start a new conversation or raise the context size."
                 break
-            k = max(0, min(config.draft_max, room, config.max_tokens - stats.predicted_n - 1))
+            k = config.draft_cap(room, stats.predicted_n)
             draft, verdict, margins = self._step(last, k, room, config, rng, stats)
 
             events, reason = emitted_tokens(target, draft, verdict, margins, text, stats, config)
@@ -123,10 +135,8 @@ class Decoder:
         self, last: int, k: int, room: int, config: GenerationConfig, rng: np.random.Generator, stats: GenerationStats
     ) -> tuple[Draft, Verdict, np.ndarray | None]:
         """Draft up to k tokens, verify [last, *draft] in one target pass, keep the verdict, roll back the rest."""
-        greedy = config.sampling.greedy
-        draft_sampling = None if greedy or config.verification == "sample-match" else config.sampling
         t0 = time.perf_counter_ns()
-        draft = self.drafter.propose(k, config.draft_p_min, draft_sampling, rng)
+        draft = self.drafter.propose(k, config.draft_p_min, config.draft_sampling, rng)
         if draft.n_tokens > room:
             # A tree's fork takes cells of its own; with too few left, the main chain (at most k <= room) goes alone.
             # The drafter hears the settled tokens in advance() as always, and drops the fork's speculation then.

@@ -17,8 +17,9 @@ import numpy as np
 
 from localspec.engine.batch.slot import Slot
 from localspec.engine.drafters.base import Draft
+from localspec.engine.drafters.draft_model import next_draft_token
 from localspec.engine.llama.model import Model
-from localspec.engine.sampling import SamplingParams, distribution, greedy_with_confidence
+from localspec.engine.sampling import SamplingParams
 from localspec.engine.tokens import common_prefix
 
 
@@ -106,21 +107,8 @@ class BatchDraftModel:
 
     @staticmethod
     def _choose(item: _Drafting, row: np.ndarray) -> None:
-        order, draft = item.order, item.draft
-        if order.sampling is None:
-            if order.p_min > 0.0:
-                token, confidence = greedy_with_confidence(row)
-                if confidence < order.p_min:
-                    item.done = True
-                    return
-            else:
-                token = int(row.argmax())
-            draft.tokens.append(token)
-        else:
-            q = distribution(row, order.sampling)
-            if q.top_prob < order.p_min:
-                item.done = True
-                return
-            draft.tokens.append(q.sample(order.rng))
-            draft.dists.append(q)
-        item.done = len(draft.tokens) >= order.k
+        order = item.order
+        chosen = next_draft_token(row, order.p_min, order.sampling, order.rng)
+        if chosen is not None:
+            item.draft.append(*chosen)
+        item.done = chosen is None or len(item.draft.tokens) >= order.k

@@ -32,7 +32,7 @@ from localspec.engine.decode import emitted_tokens, first_token, judge, top2_mar
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
-from localspec.engine.drafters.base import Draft
+from localspec.engine.drafters.base import Draft, one_hot
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
@@ -233,7 +233,7 @@ class BatchScheduler:
         generation = slot.job
         config, stats = generation.request.config, generation.stats
         room = self.share - len(slot.cached) - 1
-        cap = max(0, min(config.draft_max, k_limit, room, config.max_tokens - stats.predicted_n - 1))
+        cap = config.draft_cap(room, stats.predicted_n, k_limit)
         lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
         pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
         return SlotOptions(generation.role, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
@@ -298,18 +298,14 @@ class BatchScheduler:
             generation = slot.job
             slot.belief.looked(option.lookup)
             self.planner.watch_lookup(generation.shadows, option.lookup, slot.belief.confidence.unsure)
-            if choice.model_k:
-                continuation = drafted.get(slot.seq, Draft())
-                run = option.lookup.tokens[: choice.lookup_k]
-                if self._model_sampling(slot)[1] is None:  # greedy drafts: one-hot, where the target samples
-                    sampling = generation.request.config.sampling
-                    draft = Draft.deterministic([*run, *continuation.tokens], None if sampling.greedy else sampling)
-                else:
-                    lookup_part = Draft.deterministic(run, self._model_sampling(slot)[1])
-                    draft = Draft(lookup_part.tokens + continuation.tokens, lookup_part.dists + continuation.dists)
+            sampling, run = generation.request.config.draft_sampling, option.lookup.tokens[: choice.lookup_k]
+            if not choice.model_k:
+                draft = Draft.deterministic(option.lookup.tokens[: choice.k], sampling)
+            elif self._model_sampling(slot)[1] is None:  # greedy drafts: one-hot, where the target samples
+                draft = Draft.deterministic([*run, *drafted[slot.seq].tokens], sampling)
             else:
-                sampling = generation.request.config.sampling
-                draft = Draft.deterministic(option.lookup.tokens[: choice.k], None if sampling.greedy else sampling)
+                continuation = drafted[slot.seq]
+                draft = Draft(run + continuation.tokens, one_hot(run) + continuation.dists)
             steps.append(_Step(slot, choice, draft))
         return steps
 
@@ -319,9 +315,7 @@ class BatchScheduler:
         drafts are greedy at T > 0 too, judged one draw a position, so a seed repeats whatever it chose (AutoDrafter)."""
         generation = slot.job
         config = generation.request.config
-        greedy = config.sampling.greedy or config.verification == "sample-match" or generation.role == "adaptive"
-        sampling = None if greedy else config.sampling
-        return config.draft_p_min, sampling, generation.rng
+        return config.draft_p_min, None if generation.role == "adaptive" else config.draft_sampling, generation.rng
 
     def _settle(self, step: _Step, rows: np.ndarray, draft_ms: float, verify_ms: float) -> None:
         """Verify one slot's draft on its rows, roll its sequence back past the rejection, emit its tokens."""

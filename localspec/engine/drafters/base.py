@@ -39,6 +39,12 @@ class Draft:
     fork: Fork | None = None  # tree drafts only
     choice: Choice | None = None  # what a drafter that chooses (auto) chose for this step: the statistics record it
 
+    def append(self, token: int, q: Distribution | None) -> None:
+        """One more drafted token, with its q where it was sampled."""
+        self.tokens.append(token)
+        if q is not None:
+            self.dists.append(q)
+
     @property
     def n_tokens(self) -> int:
         """Tokens the target verifies besides its own: both branches of a tree."""

@@ -17,7 +17,21 @@ import numpy as np
 
 from localspec.engine.drafters.base import Draft, Drafter, DraftSources
 from localspec.engine.llama.model import Model
-from localspec.engine.sampling import SamplingParams, distribution, greedy_with_confidence
+from localspec.engine.sampling import Distribution, SamplingParams, distribution, greedy_with_confidence
+
+
+def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | None,
+                     rng: np.random.Generator) -> tuple[int, Distribution | None] | None:
+    """The draft's next token from its logits `row`, greedy (sampling None) or drawn from q (then with q); None where the
+    draft's best token is less likely than p_min, which ends the draft there. Every draft model's token, for one
+    sequence or for a batch of slots, is chosen here."""
+    if sampling is None:
+        if p_min <= 0.0:
+            return int(row.argmax()), None
+        token, confidence = greedy_with_confidence(row)
+        return (token, None) if confidence >= p_min else None
+    q = distribution(row, sampling)
+    return (q.sample(rng), q) if q.top_prob >= p_min else None
 
 
 class ModelDrafter(Drafter):
@@ -98,27 +112,13 @@ class ModelDrafter(Drafter):
         self, draft: Draft, row: np.ndarray, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator
     ) -> None:
         """Append up to `k` tokens to `draft`, starting from the logits `row`; each but the last is decoded into the cache."""
-        n = 0
-        while True:
-            if sampling is None:
-                if p_min > 0.0:
-                    token, confidence = greedy_with_confidence(row)
-                    if confidence < p_min:
-                        return
-                else:
-                    token = int(row.argmax())
-                draft.tokens.append(token)
-            else:
-                q = distribution(row, sampling)
-                if q.top_prob < p_min:
-                    return
-                token = q.sample(rng)
-                draft.tokens.append(token)
-                draft.dists.append(q)
-            n += 1
-            if n == k:
+        for n in range(1, k + 1):
+            chosen = next_draft_token(row, p_min, sampling, rng)
+            if chosen is None:
                 return
-            row = self.step(token)
+            draft.append(*chosen)
+            if n < k:
+                row = self.step(chosen[0])
 
     def agreed_prefix(self, proposal: Sequence[int]) -> int:
         """How many leading tokens of `proposal` the draft itself would have chosen greedily (one batched pass)."""
