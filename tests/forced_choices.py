@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.engine.batch.planner import BatchPlanner, SlotOptions
 from localspec.engine.drafters.auto.choice import HYBRID, Choice
 from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.ngram import Lookup
 
 
@@ -24,7 +24,7 @@ class AlwaysHybrid(AutoDrafter):
         return Choice(HYBRID, k_cap, 1.0, lookup_k=max(1, usable // 2))
 
 
-class AlwaysHybridPlanner(BatchPlanner):
+class AlwaysHybridPlanner(Planner):
     """The batch planner with every auto slot that has a lookup run pinned to hybrid: half the run, then the draft
     model up to the slot's cap (the drafting, verification and rollback after the choice are the real ones)."""
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from localspec.engine import prompt_passes
-from localspec.engine.batch.planner import BatchPlanner
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.auto.planner import Planner
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import StopReason
@@ -228,7 +228,7 @@ def test_each_slot_keeps_the_target_distribution_with_other_slots_busy(tiny, dra
         # hang on how busy the machine is (under load auto once drafted 346 tokens in 3000 answers here).
         costs = CostTable.given({1: 3.3, 2: 3.4, 4: 3.5, 5: 3.63, 8: 3.9, 16: 4.5, 32: 6.0, 64: 9.0, 128: 15.0, 256: 28.0, 512: 55.0},
                                 draft_ms_per_token=0.47)
-        scheduler.planner = AlwaysHybridPlanner(costs, True) if drafter == "hybrid" else BatchPlanner(costs, True)
+        scheduler.planner = AlwaysHybridPlanner(costs, True) if drafter == "hybrid" else Planner(costs, True)
         drafter = "auto" if drafter == "hybrid" else drafter
         jobs = [(prompt, GenerationConfig(max_tokens=N_TOKENS, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=3,
                                           draft_p_min=0.0), drafter) for seed in range(N_SEEDS)]

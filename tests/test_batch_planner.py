@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from localspec.engine.batch.planner import BatchPlanner, Choice, SlotOptions
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
+from localspec.engine.drafters.auto.planner import Choice, Planner, SlotOptions
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.tuning import MIN_PREFILL_CHUNK
 from tests.test_drafters import GPU_LIKE
@@ -18,8 +18,8 @@ COPY = Lookup(list(range(100, 108)), match_length=8)  # an 8-token lookup run wi
 LUMPY_CPU = {1: 68.0, 2: 92.0, 3: 96.0, 4: 98.5, 6: 140.0, 8: 174.0, 12: 226.0, 16: 223.0, 24: 351.0, 32: 406.0, 64: 716.0}
 
 
-def planner(verify: dict[int, float], draft_ms: float | None = None) -> BatchPlanner:
-    return BatchPlanner(CostTable.given(verify, draft_ms), has_draft_model=draft_ms is not None)
+def planner(verify: dict[int, float], draft_ms: float | None = None) -> Planner:
+    return Planner(CostTable.given(verify, draft_ms), has_draft_model=draft_ms is not None)
 
 
 def test_a_lone_slot_drafts_where_the_pass_has_room():
@@ -94,7 +94,7 @@ def test_a_slot_in_prose_drafts_a_two_token_match_only_as_far_as_its_answer_can_
     assert unafforded.k == 0 and afforded.source == "ngram" and afforded.k > 0
 
 
-def sure(planner: BatchPlanner) -> BatchPlanner:
+def sure(planner: Planner) -> Planner:
     """Both have been right: copies that agree this far, and the draft model."""
     for _ in range(40):
         planner.lookup_acceptance.observe(20, 8, 8)
@@ -146,7 +146,7 @@ def test_a_slots_catch_up_is_priced_over_the_asks_a_resume_buys_there():
     the planner once did, a draft that sat out a stretch never resumed: one client of `serve --parallel 4` wrote fib on
     a Q8_0 target at 0.7x what auto wrote it at."""
     # A cheap-batch target, and a draft whose catch-up of 16 tokens costs a target pass.
-    plan = BatchPlanner(CostTable(PassCosts({1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 14.0}), PassCosts({1: 1.0, 16: 12.0}), fixed=True),
+    plan = Planner(CostTable(PassCosts({1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 14.0}), PassCosts({1: 1.0, 16: 12.0}), fixed=True),
                         has_draft_model=True)
     plan.exploration.saved_ms = 0.0  # no try paid for: the choice is the costs' alone
     for name, asks, drafts in (("writing code", 30, True), ("editing code", 1, False)):

@@ -25,13 +25,13 @@ import numpy as np
 
 from localspec.engine import prompt_passes
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
-from localspec.engine.batch.planner import BatchPlanner, SlotOptions
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.decode import emitted_tokens, first_token, judge, top2_margins
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
+from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Draft, one_hot
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.errors import EngineError, PromptTooLongError
@@ -65,7 +65,7 @@ class BatchScheduler:
         self.drafting = BatchDraftModel(draft) if draft is not None else None
         self.slots = [Slot(seq) for seq in range(n_slots)]
         self.share = target.n_ctx // n_slots  # each slot's part of the context
-        self.planner = BatchPlanner(costs, draft is not None)
+        self.planner = Planner(costs, draft is not None)
         self._arrivals = 0
 
     # --- requests ---------------------------------------------------------------------

@@ -1,18 +1,16 @@
-"""Each slot's draft for the next step, chosen for the tokens per second of the whole batch.
+"""auto's policy, for one sequence and for a batch of slots: each slot's drafter and K for the next step.
 
 A slot's draft tokens join a target pass that the other slots' tokens already
-make, so they cost the marginal cost of a bigger batch (verify(n + k) - verify(n)),
-not a pass of their own; the draft model's passes are shared the same way, one
-per draft position for every slot drafting that deep. For the slots left to auto,
-the planner picks the drafter and K (0 included) that maximise the batch's
-expected tokens over its expected time, one slot at a time given the others
-(coordinate ascent), starting from plain decoding for every slot: a plan is
-taken only where it beats that, so when the batch is big enough that drafting
-does not pay, nobody drafts. Acceptance is learned across slots and requests
-(the draft model's by the class of how sure the target is, lookup's by its
-source's agreement, as auto's); each slot keeps what auto keeps of a lone answer
-(belief.py), so a catch-up is priced spread over the asks a resume buys there,
-and a losing draft is tried only where the slot's text gives it hope.
+make, so they cost the marginal cost of a bigger batch (verify(n + k) - verify(n));
+the draft model's passes are shared the same way, one per draft position for
+every slot drafting that deep. The planner picks, for the slots left to auto,
+the choice (plain, each K of lookup and of the draft model, the best hybrid)
+that maximises the batch's expected tokens over its expected time, one slot at a
+time given the others (coordinate ascent) from plain decoding, so speculation
+that does not pay is not chosen; a losing draft model is tried as the
+exploration budget allows. With one slot this is exactly auto's choice for a
+lone answer (controller.py asks it so). Acceptance is learned across slots and
+requests; each slot keeps its own answer's belief (belief.py).
 """
 
 from __future__ import annotations
@@ -23,14 +21,39 @@ from dataclasses import dataclass, field
 from localspec.engine.drafters.auto.acceptance import prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.auto.catch_up import catch_up_price
 from localspec.engine.drafters.auto.choice import HYBRID, PLAIN, Choice
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
-from localspec.engine.drafters.auto.controller import best_hybrid
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.drafters.registry import BatchRole
-from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, MODEL_K_MAX, OVERHEAD_DECAY
+from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX, OVERHEAD_DECAY
+
+
+@dataclass(frozen=True)
+class HybridPlan:
+    lookup_k: int  # the lookup run's first tokens...
+    model_k: int  # ...then the draft model's, from their end
+    tokens: float  # 1 + expected accepted
+    rate: float  # tokens per ms, priced as a step of its own
+
+
+def best_hybrid(costs: CostTable, pending: int, spread: float, n_lookup: int, k_cap: int, lookup_expected: list[float],
+                lookup_survive: list[float], model_expected: list[float]) -> HybridPlan | None:
+    """The best (j, m) of the first j <= n_lookup lookup tokens then m draft-model tokens under the cap: the draft
+    reads its `pending` tokens and the j in one catch-up batch (catch_up_price, spread over `spread` asks), takes m - 1
+    one-token steps, and the target verifies j + m + 1; expected, the run's accepted tokens plus, when all j survive,
+    the model's. None without a run."""
+    best: HybridPlan | None = None
+    for j in range(1, min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX) + 1):
+        catch_up = catch_up_price(costs, pending, spread, j)
+        for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
+            tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
+            rate = tokens / (catch_up + (m - 1) * costs.draft_ms_per_token + costs.verify(j + m + 1))
+            if best is None or rate > best.rate:
+                best = HybridPlan(j, m, tokens, rate)
+    return best
 
 
 @dataclass(frozen=True)
@@ -44,7 +67,10 @@ class SlotOptions:
     belief: SequenceBelief = field(default_factory=SequenceBelief)  # what the slot's answer has shown so far
 
 
-class BatchPlanner:
+class Planner:
+    """auto's choices and what they are learned from: the costs, lookup's and the draft model's acceptance, the
+    exploration budget, the step's overhead (kept across requests)."""
+
     def __init__(self, costs: CostTable, has_draft_model: bool) -> None:
         self.costs = costs
         self.has_draft_model = has_draft_model and costs.has_draft
@@ -54,9 +80,10 @@ class BatchPlanner:
         self.exploration = ExplorationBudget()
 
     def start_answer(self) -> None:
-        """A request starts: what earlier answers taught of the draft model stays a belief this one soon outweighs, as
-        auto's does (controller.CARRIED_ASKS)."""
+        """A request starts: what earlier answers taught of the draft model stays a belief this one soon outweighs
+        (CARRIED_ASKS); whether lookup's guesses past an edit pay is the new answer's own (it renames, or rewrites freely)."""
         self.draft_acceptance.carry_over(CARRIED_ASKS)
+        self.lookup_acceptance.forget_guesses()
 
     # --- choosing ---------------------------------------------------------------------
 
