@@ -133,10 +133,11 @@ def _complete(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> 
 
 def _decoders(engine: Engine) -> dict[str, Decoder]:
     auto = engine.decoder("auto")
-    assert isinstance(auto.drafter, AutoDrafter)
+    costs = auto.drafter.costs
+    assert costs is not None  # auto measures its costs
     # The one difference: lookup without a memory sees each request's own text only. One cost table, measured once.
     model = ModelDrafter(engine.draft, lazy_start=True) if engine.draft is not None else None
-    forgetful = AutoDrafter(auto.drafter.costs, model, ngram=NgramDrafter())
+    forgetful = AutoDrafter(costs, model, ngram=NgramDrafter())
     return {"plain": engine.plain, "auto": auto, "auto, no memory": Decoder(engine.target, forgetful)}
 
 

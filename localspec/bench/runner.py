@@ -28,7 +28,6 @@ from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
 from localspec.engine.decode import Decoder, GenerationConfig
 from localspec.engine.drafters import registry
-from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.self_draft import self_draft_path
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
@@ -179,9 +178,9 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
             result.keep_finished_prompts()
             progress.stage(f"interrupted (Ctrl-C): the report below holds the {len(result.measurements)} measurements of the "
                            "prompts that finished")
-        auto = engine.decoder("auto").drafter
-        if isinstance(auto, AutoDrafter):
-            result.verify_ms = dict(sorted(auto.costs.target.ms.items()))
+        costs = engine.decoder("auto").drafter.costs
+        if costs is not None:
+            result.verify_ms = dict(sorted(costs.target.ms.items()))
     if result.measurements:
         print_report(result)
     save_outputs(args, result)
@@ -213,10 +212,10 @@ def _bench_prompt(
         if sampling.greedy:
             m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[PLAIN].tokens, m.tokens)) if a != b), None)
         result.measurements.append(m)
-    auto = engine.decoder("auto").drafter
-    if sampling.greedy and prompt.id not in result.ceilings and isinstance(auto, AutoDrafter):
+    costs = engine.decoder("auto").drafter.costs
+    if sampling.greedy and prompt.id not in result.ceilings and costs is not None:
         auto_cap = max(mode.k for mode in modes if mode.drafter == "auto")
-        result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, auto.costs.verify, auto_cap)
+        result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, costs.verify, auto_cap)
     if args.llama_cpp_bin and not result.reference_error and engine.draft is not None and sampling.greedy:
         text = render_chat(engine.target, prompt.messages)
         for k in result.ks:

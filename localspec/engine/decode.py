@@ -108,12 +108,9 @@ class Decoder:
             last = verdict.token
 
         drafter.end()
-        tail = "" if text.stopped else text.flush()
-        if tail:
-            yield TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps, stats)
         stats.predicted_ms = (time.perf_counter_ns() - gen_start) / 1e6
         stats.t_llama_ms = (sum(model.decode_ns for model in models) - decode_ns_before) / 1e6
-        yield Finished(reason, stats, message, text.stop_word)
+        yield from closing_events(text, stats, reason, message)
 
     def check_fits(self, prompt: Sequence[int]) -> None:
         """A prompt that fills the context leaves no room for an answer: refused before anything is decoded."""
@@ -198,6 +195,14 @@ def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.nd
         if stats.predicted_n >= config.max_tokens:
             return events, StopReason.MAX_TOKENS
     return events, None
+
+
+def closing_events(text: TextAssembler, stats: GenerationStats, reason: StopReason, message: str = "") -> list[TokenEvent | Finished]:
+    """The end of an answer: the text held back (what could have begun a stop string), then Finished. The one-sequence
+    loop and the batch scheduler share it."""
+    tail = "" if text.stopped else text.flush()
+    held_back = [TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps, stats)] if tail else []
+    return [*held_back, Finished(reason, stats, message, text.stop_word)]
 
 
 def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.random.Generator) -> Verdict:

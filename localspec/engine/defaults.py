@@ -21,9 +21,3 @@ MIN_P = 0.05
 # target whose batches are cheap (a GPU, a memory-bound Q8_0 or F16 target) pays drafted far beyond 8.
 AUTO_DRAFT_MAX = DRAFT_MAX_LIMIT
 
-
-def draft_max_for(drafter: str, recommended: int | None) -> int:
-    """The K to use when the user set none: auto's cap, else the pair's recommendation, else llama.cpp's default."""
-    if drafter == "auto":
-        return AUTO_DRAFT_MAX
-    return recommended if recommended is not None else DRAFT_MAX

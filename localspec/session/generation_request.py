@@ -67,7 +67,7 @@ def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None 
     if drafter not in registry.DRAFTERS:
         raise UsageError(f"{names['drafter']} must be one of {', '.join(registry.DRAFTERS)}, not {drafter!r}.")
     recommended = pair.draft_max if pair else None
-    draft_max = asked.draft_max if asked.draft_max is not None else defaults.draft_max_for(drafter, recommended)
+    draft_max = asked.draft_max if asked.draft_max is not None else draft_max_for(drafter, recommended)
     if not 0 <= draft_max <= defaults.DRAFT_MAX_LIMIT:
         raise UsageError(f"{names['draft_max']} must be from 0 to {defaults.DRAFT_MAX_LIMIT}, not {draft_max}.")
     if draft_max == 0 or drafter == "none":
@@ -94,6 +94,14 @@ def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None 
     config = GenerationConfig(max_tokens=max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=p_min,
                               verification=asked.verification or "speculative", stop=asked.stop, grammar=asked.grammar)
     return GenerationRequest(drafter, config)
+
+
+def draft_max_for(drafter: str, recommended: int | None) -> int:
+    """The K to use when the user set none: a drafter that picks K itself gets the safety cap, else the pair's
+    recommendation, else llama.cpp's default."""
+    if registry.spec(drafter).chooses_k:
+        return defaults.AUTO_DRAFT_MAX
+    return recommended if recommended is not None else defaults.DRAFT_MAX
 
 
 def draft_p_min(given: float | None, pair: Pair | None) -> float:

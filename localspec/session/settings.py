@@ -30,7 +30,7 @@ class SettingsError(LocalspecError):
 @dataclass(frozen=True)
 class Settings:
     drafter: str = registry.DEFAULT
-    draft_max: int | None = None  # None: defaults.draft_max_for(drafter, the pair's recommendation)
+    draft_max: int | None = None  # None: generation_request.draft_max_for(drafter, the pair's recommendation)
     draft_p_min: float | None = None  # None: the pair's recommendation, else defaults.DRAFT_P_MIN
     temperature: float = defaults.TEMPERATURE
     top_k: int = defaults.TOP_K

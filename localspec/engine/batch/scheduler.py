@@ -27,7 +27,7 @@ from localspec.engine import prompt_passes
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
-from localspec.engine.decode import emitted_tokens, first_token, judge, top2_margins
+from localspec.engine.decode import closing_events, emitted_tokens, first_token, judge, top2_margins
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
@@ -35,7 +35,7 @@ from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Draft, one_hot
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.errors import EngineError, PromptTooLongError
-from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
+from localspec.engine.events import StopReason
 from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, make_rng
 from localspec.engine.stats import GenerationStats
@@ -350,15 +350,13 @@ class BatchScheduler:
     def _finish(self, slot: Slot, reason: StopReason, message: str = "") -> None:
         """End the slot's generation: the text held back, then Finished. Its cells stay, as a prompt cache."""
         generation = slot.job
-        stats, emit = generation.stats, generation.request.emit
-        tail = "" if generation.text.stopped else generation.text.flush()
-        if tail:
-            emit(TokenEvent(-1, tail, TokenSource.TARGET, stats.n_steps, stats))
+        stats = generation.stats
         if generation.generating_since_ns:
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6
         slot.generation = None
-        emit(Finished(reason, stats, message, generation.text.stop_word))
+        for event in closing_events(generation.text, stats, reason, message):
+            generation.request.emit(event)
 
     def _keep_prompt_only(self, slot: Slot, prompt: Sequence[int]) -> None:
         """Drop the slot's cells past its prompt (what it answered); the prompt's stay as its cache, as a finished slot's do.

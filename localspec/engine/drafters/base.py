@@ -20,6 +20,7 @@ from localspec.engine.sampling import Distribution, SamplingParams
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
     from pathlib import Path
 
+    from localspec.engine.drafters.auto.costs import CostTable
     from localspec.engine.llama.model import Model
 
 
@@ -76,6 +77,7 @@ class Drafter(ABC):
     name: str = ""  # the registry's name: what the command line, the settings, the statistics and the bench say
     # The models it decodes with; the decoder reads their decode time (Model.decode_ns) for the Python-overhead figure.
     models: tuple[Model, ...] = ()
+    costs: CostTable | None = None  # the pass costs a drafter that prices its steps measures (auto); the bench reports them
 
     def start(self, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """A generation begins from `prompt` (at least one token)."""

@@ -34,6 +34,7 @@ class DrafterSpec:
     builder: str = "build"
     target_sequences: int = 1  # sequences the target's cache must hold (a tree verifies two branches side by side)
     batch_role: BatchRole | None = None  # how it runs in a shared batch of slots; None: it needs a sequence of its own
+    chooses_k: bool = False  # it picks K itself each step: the K it is given is only a cap (defaults.AUTO_DRAFT_MAX)
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -42,7 +43,7 @@ class DrafterSpec:
 
 _SPECS = (
     DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
-                False, "auto.controller", batch_role="adaptive"),
+                False, "auto.controller", batch_role="adaptive", chooses_k=True),
     DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", batch_role="model"),
     DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram", batch_role="lookup"),
     DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
