@@ -33,6 +33,7 @@ class AutoDrafter(Drafter):
     """auto for one sequence: each step, the planner's choice for a batch of this one slot, drafted here."""
 
     name = "auto"
+    costs: CostTable  # always: it prices every step
 
     def __init__(self, costs: CostTable, model: ModelDrafter | None = None, ngram: NgramDrafter | None = None,
                  costs_file: Path | None = None) -> None:
