@@ -53,7 +53,6 @@ class BatchDraftModel:
         keep = common_prefix(slot.draft_cached, text)
         if keep < len(slot.draft_cached):
             self.model.forget(slot.seq, keep)
-            del slot.draft_cached[keep:]
         return list(text[keep:])
 
     def read(self, slots: Sequence[Slot]) -> None:
@@ -63,7 +62,6 @@ class BatchDraftModel:
         for slot in slots:
             unread = self.sync(slot, slot.cached)
             entries += [(token, len(slot.draft_cached) + i, slot.seq, False) for i, token in enumerate(unread)]
-            slot.draft_cached.extend(unread)
         for start in range(0, len(entries), self.model.n_batch):
             self.model.decode_sequences(entries[start : start + self.model.n_batch])
 
@@ -79,7 +77,6 @@ class BatchDraftModel:
             unread = [*self.sync(slot, slot.cached), slot.last, *item.order.after]
             entries += [(token, len(slot.draft_cached) + i, slot.seq, i == len(unread) - 1) for i, token in enumerate(unread)]
             owners.append(item)
-            slot.draft_cached.extend(unread)
         start = time.perf_counter_ns()
         self._decode_and_choose(entries, owners)
         self.passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))
@@ -88,7 +85,6 @@ class BatchDraftModel:
             for item in active:
                 slot, token = item.order.slot, item.draft.tokens[-1]
                 entries.append((token, len(slot.draft_cached), slot.seq, True))
-                slot.draft_cached.append(token)
             start = time.perf_counter_ns()
             self._decode_and_choose(entries, active)
             self.passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))

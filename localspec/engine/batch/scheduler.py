@@ -49,6 +49,7 @@ class _Step:
     slot: Slot
     choice: Choice
     draft: Draft
+    pos0: int = 0  # the slot's cells before the pass: its [last, *draft] go from here
 
 
 class BatchScheduler:
@@ -63,7 +64,7 @@ class BatchScheduler:
             draft.clear_cache()
         self.target = target
         self.drafting = BatchDraftModel(draft) if draft is not None else None
-        self.slots = [Slot(seq) for seq in range(n_slots)]
+        self.slots = [Slot(seq, target, draft) for seq in range(n_slots)]
         self.share = target.n_ctx // n_slots  # each slot's part of the context
         self.planner = Planner(costs, draft is not None)
         self._arrivals = 0
@@ -168,13 +169,14 @@ class BatchScheduler:
 
         entries: list[tuple[int, int, int, bool]] = []
         for step in steps:
-            pos0 = len(step.slot.cached)
-            entries += [(token, pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
+            step.pos0 = len(step.slot.cached)
+            entries += [(token, step.pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
         n_verify = len(entries)  # a draft may stop short of its K (p_min)
-        for slot, chunk in chunks:
-            ends = len(slot.cached) + len(chunk) == len(slot.job.prompt)  # the prompt's last token: its row judges the first
-            entries += [(token, len(slot.cached) + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
-        rows = self.target.decode_sequences(entries)
+        starts = [len(slot.cached) for slot, _ in chunks]
+        for (slot, chunk), start in zip(chunks, starts):
+            ends = start + len(chunk) == len(slot.job.prompt)  # the prompt's last token: its row judges the first
+            entries += [(token, start + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
+        rows = self.target.decode_sequences(entries)  # the cells' record (Model.cells) takes every token in
         target_end = time.perf_counter_ns()
         spent = self._decode_ns() - ns_before  # the drafts' passes and this one: the step's llama time, counted before a slot can finish
         for step in steps:
@@ -187,11 +189,10 @@ class BatchScheduler:
             n = len(step.draft.tokens) + 1
             self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6, (target_end - draft_end) / 1e6)
             offset += n
-        for slot, chunk in chunks:
-            start, n_prompt = len(slot.cached), len(slot.job.prompt)
-            if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk), n_prompt):
-                slot.canonical = start + len(chunk)
-            slot.cached.extend(chunk)
+        for (slot, chunk), start in zip(chunks, starts):
+            if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk),
+                                                                                                          len(slot.job.prompt)):
+                self.target.cells.canonical[slot.seq] = start + len(chunk)
         if self.drafting is not None:
             # The draft model reads along for `model` slots only: auto may never pick it, and prices the catch-up when it does.
             self.drafting.read([slot for slot, _ in chunks if slot.job.role == "model"])
@@ -254,7 +255,6 @@ class BatchScheduler:
         if lent > own:
             self.target.forget(slot.seq)
             self.target.share_cells(donor.seq, slot.seq, lent)
-            slot.cached, slot.canonical = donor.cached[:lent], lent
         else:
             self._cut(slot, own)
         if self.drafting is not None:
@@ -262,15 +262,12 @@ class BatchScheduler:
             if lent_draft > common_prefix(slot.draft_cached, tokens):
                 self.drafting.model.forget(slot.seq)
                 self.drafting.model.share_cells(donor.seq, slot.seq, lent_draft)
-                slot.draft_cached = donor.draft_cached[:lent_draft]
         return max(own, lent)
 
     def _cut(self, slot: Slot, keep: int) -> None:
         """The slot's target cells past its first `keep` tokens go."""
-        slot.canonical = min(slot.canonical, keep)
         if keep < len(slot.cached):
             self.target.forget(slot.seq, keep)
-            del slot.cached[keep:]
 
     @staticmethod
     def _slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
@@ -328,11 +325,9 @@ class BatchScheduler:
         settled = [*verdict.accepted, verdict.token]
         slot.belief.stepped(self.planner.costs, step.choice.k if step.choice.source == "ngram" else 0, settled)
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
-        n_past = len(slot.cached)
-        keep = n_past + 1 + verdict.n_accepted
-        if keep < n_past + 1 + len(draft.tokens):
+        keep = step.pos0 + 1 + verdict.n_accepted
+        if keep < len(slot.cached):  # the pass put [last, *draft] in: the rejected draft tokens go
             self.target.forget(slot.seq, keep)
-        slot.cached += [slot.last, *verdict.accepted]
         slot.last = verdict.token
         stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
         if generation.role == "adaptive":
@@ -368,10 +363,8 @@ class BatchScheduler:
 
     def _free(self, slot: Slot) -> None:
         self.target.forget(slot.seq)
-        slot.cached, slot.canonical = [], 0
         if self.drafting is not None:
             self.drafting.model.forget(slot.seq)
-            slot.draft_cached = []
 
     def _decode_ns(self) -> int:
         return self.target.decode_ns + (self.drafting.model.decode_ns if self.drafting is not None else 0)

@@ -14,6 +14,7 @@ from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.drafters.registry import BatchRole
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.llama.model import Model
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.tokens import common_prefix
@@ -54,18 +55,32 @@ class Generation:
 
 @dataclass
 class Slot:
-    """Sequence `seq` of the target's cache (and the draft's): the tokens each holds there, kept in step with its cells."""
+    """Sequence `seq` of the target's cache (and the draft's), and the request it runs."""
 
     seq: int
-    cached: list[int] = field(default_factory=list)  # the target's cells for this sequence, in position order
-    canonical: int = 0  # of those, the leading ones read as prompt in canonical passes: what a later prompt may reuse
-    draft_cached: list[int] = field(default_factory=list)
+    target: Model
+    draft: Model | None = None
     generation: Generation | None = None
     last: int = -1  # the settled token not yet in the target's cache: the next verify batch starts with it
     last_used: int = 0  # the arrival number of its latest request (0: never used)
     # Prompt lookup over this request's text and, through its memory, the slot's earlier prompts and answers.
     lookup: NgramDrafter = field(default_factory=lambda: NgramDrafter(memory=LookupMemory()))
     belief: SequenceBelief = field(default_factory=SequenceBelief)  # what auto keeps of the slot's answers (belief.py)
+
+    @property
+    def cached(self) -> list[int]:
+        """The target's cells for this sequence, in position order (the model's own record: read, never written here)."""
+        return self.target.cells.tokens[self.seq]
+
+    @property
+    def canonical(self) -> int:
+        """Of those, the leading ones read as prompt in canonical passes: what a later prompt may reuse."""
+        return self.target.cells.canonical[self.seq]
+
+    @property
+    def draft_cached(self) -> list[int]:
+        """The draft model's cells for this sequence (none without a draft model)."""
+        return self.draft.cells.tokens[self.seq] if self.draft is not None else []
 
     @property
     def busy(self) -> bool:

@@ -1,8 +1,8 @@
 """One GGUF model and its llama.cpp context, over llama-cpp-python's low-level API.
 
-Its context holds one sequence, or several (the batch scheduler's slots, a tree draft's second branch). For
-sequence 0 it remembers which tokens sit in the cache (kv_tokens), so one-sequence callers speak in tokens and
-positions are derived, never tracked twice; the batch scheduler keeps its slots' tokens itself. Logits are zero-copy
+Its context holds one sequence, or several (the batch scheduler's slots, a tree draft's second branch). For every
+sequence it remembers which tokens sit in the cache (`cells`, cells.py), so callers speak in tokens and positions
+are derived, never tracked twice; sequence 0's are the one-sequence callers' `kv_tokens`. Logits are zero-copy
 numpy views of llama.cpp's own buffer: copying 150k floats per row into Python would cost more than the Python side
 of a whole speculative step. The vocabulary is an object of its own (vocabulary.py).
 """
@@ -23,6 +23,7 @@ from localspec.engine import defaults, prompt_passes
 from localspec.engine.errors import EngineError, ModelLoadError
 from localspec.engine.grammar import Grammar
 from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
+from localspec.engine.llama.cells import SequenceCells
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
 
@@ -136,11 +137,9 @@ class Model:
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
         self.n_seq = n_seq
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
-        self.kv_tokens: list[int] = []
-        self.canonical_n = 0  # leading cells read as prompt in canonical passes: what a later prompt may reuse (prompt_passes)
+        self.cells = SequenceCells.empty(n_seq)  # what each sequence's cells hold, kept at every decode, rollback and share
         self._view_key: tuple[int, int] | None = None  # the logits view's (buffer address, rows): a new context, a new buffer
         self._view = np.empty((0, 0), dtype=np.float32)
-        self._branch: list[int] = []  # sequence 1's tokens past the split point, while a tree is being verified
 
     def ensure_sequences(self, n_seq: int) -> None:
         """Hold at least `n_seq` sequences (a tree draft's second branch), reopening the context if it holds fewer.
@@ -220,16 +219,24 @@ class Model:
     # --- KV cache and decoding ------------------------------------------------------
 
     @property
+    def kv_tokens(self) -> list[int]:
+        """Sequence 0's tokens: the one-sequence callers' cache."""
+        return self.cells.tokens[0]
+
+    @property
+    def canonical_n(self) -> int:
+        return self.cells.canonical[0]
+
+    @property
     def n_past(self) -> int:
         return len(self.kv_tokens)
 
     def truncate(self, n_keep: int) -> None:
         """Forget every cached token from position `n_keep` on (the rollback of a rejected draft)."""
-        self.canonical_n = min(self.canonical_n, n_keep)
         if n_keep >= len(self.kv_tokens):
+            self.cells.canonical[0] = min(self.canonical_n, n_keep)
             return
         self.forget(0, n_keep)
-        del self.kv_tokens[n_keep:]
 
     def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray:
         """Append `tokens` to the cache in one llama_decode; return logits of the last `outputs` tokens.
@@ -237,9 +244,7 @@ class Model:
         The result is an (outputs, n_vocab) view into llama.cpp's buffer, valid until the next decode (empty for none).
         """
         pos0 = len(self.kv_tokens)
-        rows = self._run_batch([(token, pos0 + i, (0,)) for i, token in enumerate(tokens)], outputs)
-        self.kv_tokens.extend(tokens)
-        return rows
+        return self._run_batch([(token, pos0 + i, (0,)) for i, token in enumerate(tokens)], outputs)
 
     def decode_tree(self, shared: Sequence[int], main: Sequence[int], branch: Sequence[int]) -> np.ndarray:
         """One pass over two continuations that share `shared`: `main` in sequence 0, `branch` in sequence 1.
@@ -252,24 +257,22 @@ class Model:
         if self.n_seq < 2:
             raise EngineError(f"{self.role} model holds one sequence; a tree draft needs two (ensure_sequences(2)).")
         llama_cpp.llama_memory_seq_cp(self._memory, 0, 1, -1, -1)
+        self.cells.share(0, 1, self.n_past)
         pos0 = len(self.kv_tokens)
         split = pos0 + len(shared)
         entries: list[tuple[int, int, tuple[int, ...]]] = [(token, pos0 + i, (0, 1)) for i, token in enumerate(shared)]
         entries += [(token, split + i, (0,)) for i, token in enumerate(main)]
         entries += [(token, split + i, (1,)) for i, token in enumerate(branch)]
-        rows = self._run_batch(entries, len(entries))
-        self.kv_tokens.extend([*shared, *main])
-        self._branch = list(branch)
-        return rows
+        return self._run_batch(entries, len(entries))
 
     def settle_tree(self, split: int, n_fork_kept: int | None) -> None:
         """End a tree pass: with `n_fork_kept` None the main branch stays (truncate it as usual), else the fork's first tokens replace it."""
         if n_fork_kept is not None:
             llama_cpp.llama_memory_seq_rm(self._memory, 0, split, -1)
             llama_cpp.llama_memory_seq_cp(self._memory, 1, 0, split, split + n_fork_kept)
-            self.kv_tokens[split:] = self._branch[:n_fork_kept]
+            self.cells.replace_tail(0, split, self.cells.tokens[1][split : split + n_fork_kept])
         llama_cpp.llama_memory_seq_rm(self._memory, 1, -1, -1)
-        self._branch = []
+        self.cells.cut(1, 0)
 
     def _run_batch(self, entries: Sequence[tuple[int, int, tuple[int, ...]]], outputs: int) -> np.ndarray:
         """llama_decode over (token, position, sequences) entries; logits of the last `outputs` entries."""
@@ -279,9 +282,9 @@ class Model:
     def decode_sequences(self, entries: Sequence[tuple[int, int, int, bool]]) -> np.ndarray:
         """One llama_decode over (token, position, sequence, wants_logits) entries of several sequences at once.
 
-        The batch scheduler's pass: every slot's tokens under its own sequence id, which it tracks itself
-        (this wrapper's `kv_tokens` is sequence 0's, for the single-sequence path). Returns a row per entry
-        that wants logits, in entry order: a view valid until the next decode.
+        The batch scheduler's pass: every slot's tokens under its own sequence id, each placed at the end of what its
+        sequence holds (`cells`). Returns a row per entry that wants logits, in entry order: a view valid until the
+        next decode.
         """
         return self._decode_entries([(token, pos, (seq,)) for token, pos, seq, _ in entries], [wants for *_, wants in entries])
 
@@ -292,17 +295,18 @@ class Model:
                 f"{self.path.name} cannot roll back its cache (a recurrent or hybrid architecture). "
                 "Speculative decoding needs a model whose cache can drop rejected tokens; run it without a draft."
             )
+        self.cells.cut(seq, from_pos)
 
     def share_cells(self, source: int, seq: int, n: int) -> None:
         """Sequence `seq` takes sequence `source`'s cells for positions 0..n-1 (one cache's prefix lent to another slot: in a
         unified cache the cells are tagged, not copied). `seq` must hold no cells there."""
         llama_cpp.llama_memory_seq_cp(self._memory, source, seq, 0, n)
+        self.cells.share(source, seq, n)
 
     def clear_cache(self) -> None:
         """Every sequence's cells gone: the multi-sequence scheduler starts from an empty cache."""
         llama_cpp.llama_memory_clear(self._memory, True)
-        self.kv_tokens = []
-        self.canonical_n = 0
+        self.cells = SequenceCells.empty(self.n_seq)
 
     def cells_held(self, seq: int) -> int:
         """Positions sequence `seq` holds in the cache (its highest position + 1): a leak check for the scheduler's tests."""
@@ -332,6 +336,7 @@ class Model:
         if rc != 0:
             raise EngineError(failures.decode_failed(self.role, rc, n, self.n_ctx, self.n_past))
         self.n_decoded += n
+        self.cells.placed(entries)
         address = ctypes.cast(pointer, ctypes.c_void_p).value if pointer is not None else None
         return self._logits_view(address, outputs) if address is not None else np.empty((0, self.n_vocab), dtype=np.float32)
 
@@ -381,6 +386,6 @@ class Model:
             stop = prompt_passes.next_pass_end(begin, len(tokens), self.n_batch)
             rows = self.decode(tokens[begin:stop], outputs=int(last_logits and stop == len(tokens)))
             if self.canonical_n == begin and prompt_passes.is_canonical(begin, stop, len(tokens)):
-                self.canonical_n = stop
+                self.cells.canonical[0] = stop
             begin = stop
         return rows
