@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.batch.slot import SlotRequest
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import Run
 
 

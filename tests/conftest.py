@@ -30,8 +30,9 @@ def _isolate_from_the_users_environment() -> tempfile.TemporaryDirectory:
 
 _TEST_HOME = _isolate_from_the_users_environment()
 
-from localspec.engine.decode import Decoder, GenerationConfig  # noqa: E402 (after the isolation above)
+from localspec.engine.decode import Decoder  # noqa: E402 (after the isolation above)
 from localspec.engine.events import Finished, TokenEvent  # noqa: E402
+from localspec.engine.generation_config import GenerationConfig  # noqa: E402
 from localspec.hub.config import HubConfig  # noqa: E402
 from tests import real_pair  # noqa: E402
 from tests.hub_server import LoopbackHub  # noqa: E402

@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import Run, run
 
 NEAR_TIE_TINY = 0.01  # 2.5 x the largest batched-versus-single logit difference measured on the tiny models

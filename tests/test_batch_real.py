@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from tests.batch_runs import run_batch
 from tests.conftest import run
 from tests.lossless import assert_lossless

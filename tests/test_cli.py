@@ -12,9 +12,9 @@ import pytest
 
 from localspec import __version__
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import cli, run
 from tests.lossless import assert_clear_of_ties
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
@@ -20,6 +20,7 @@ from localspec.engine.drafters.edits import RESUMED, SMALL_EDIT
 from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, LookupMemory, NgramDrafter
 from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.stats import GenerationStats
 from localspec.engine.tuning import ACCEPTANCE_PRIOR_WEIGHT, FLAGGED, MATCH_CLASS_PRIORS
 from tests.conftest import run

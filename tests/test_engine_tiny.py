@@ -10,10 +10,10 @@ import pytest
 
 from localspec.engine import prompt_passes
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenSource
+from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import run
 from tests.lossless import assert_clear_of_ties, assert_lossless
 

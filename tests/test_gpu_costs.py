@@ -17,7 +17,7 @@ import pytest
 from localspec.engine import tuning
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto import costs as costs_module
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
@@ -25,6 +25,7 @@ from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model, ModelConfig
 from tests.batch_runs import run_batch
 from tests.conftest import Run, run

@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.grammar import json_grammar
 from tests.conftest import run
 from tests.live_server import LiveServer, live_server

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.chat import raw_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import StopReason
+from localspec.engine.generation_config import GenerationConfig
 from localspec.serve.options import ServeOptions
 from localspec.serve.state import ServerState
 from localspec.session.plain_rate import PASS_WEIGHT, updated_plain_ms

@@ -13,11 +13,12 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.sampling import SamplingParams
 from tests.conftest import Run, run
 from tests.forced_choices import AlwaysHybrid

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import cli, run
 from tests.live_server import live_server
 

@@ -118,7 +118,7 @@ ASYNC_PASSES = (  # the scheduler at one slot over RPC, every target pass timed 
     "from localspec.machine import rpc\n"
     "from localspec.engine.batch.scheduler import BatchScheduler\n"
     "from localspec.engine.chat import Message, chat_prompt_tokens\n"
-    "from localspec.engine.decode import GenerationConfig\n"
+    "from localspec.engine.generation_config import GenerationConfig\n"
     "from localspec.engine.llama.model import Model, ModelConfig\n"
     "from tests.batch_runs import run_batch\n"
     "rpc.attach([sys.argv[2]])\n"

@@ -14,11 +14,12 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, distribution
 from tests.conftest import run

@@ -10,8 +10,8 @@ import openai
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import cli, run
 from tests.live_server import LiveServer, live_server
 from tests.lossless import assert_clear_of_ties

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from localspec.engine.chat import raw_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.text import TextAssembler
 from tests.conftest import run
 

@@ -30,13 +30,14 @@ from pathlib import Path
 
 from localspec.bench.progress import BenchProgress
 from localspec.engine import defaults
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
+from localspec.engine.generation_config import GenerationConfig
 from localspec.errors import UsageError
 
 # Two small, real source files of this project, shipped with it: the replay's input when the user gives none.

@@ -26,12 +26,13 @@ from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement
 from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.self_draft import self_draft_path
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.events import Finished, StopReason
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError

@@ -11,10 +11,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, StopReason
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
 from localspec.serve.jobs import GenerationJob, PromptBuilder

@@ -17,9 +17,10 @@ from typing import Any
 from localspec import paths
 from localspec.catalog.models_toml import Pair
 from localspec.engine.chat import Message
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, StopReason
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.stats import GenerationStats
 from localspec.machine.device import OffloadedLayers, backend_name, offloaded_layers
 from localspec.machine.memory_plan import MemoryPlan

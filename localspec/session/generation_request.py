@@ -13,8 +13,8 @@ from typing import Any
 
 from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
-from localspec.engine.decode import GenerationConfig, Verification
 from localspec.engine.drafters import registry
+from localspec.engine.generation_config import GenerationConfig, Verification
 from localspec.engine.grammar import Grammar
 from localspec.engine.sampling import SamplingParams
 from localspec.errors import UsageError

@@ -290,9 +290,9 @@ def margins_child(target: Path, prompts: Path, tokens: int) -> None:
     """Child side of plain_margins: the prompt as bench renders it, greedy, margins recorded."""
     from localspec.bench.runner import load_prompts
     from localspec.engine.chat import chat_prompt_tokens
-    from localspec.engine.decode import GenerationConfig
     from localspec.engine.engine import Engine, EngineConfig
     from localspec.engine.events import TokenEvent
+    from localspec.engine.generation_config import GenerationConfig
 
     with Engine(EngineConfig(target)) as engine:
         prompt = chat_prompt_tokens(engine.target, load_prompts(prompts)[0].messages)

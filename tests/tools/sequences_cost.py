@@ -12,8 +12,9 @@ import sys
 import time
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import Decoder, GenerationConfig
+from localspec.engine.decode import Decoder
 from localspec.engine.events import Finished
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model, ModelConfig
 from tests import real_pair
 

@@ -30,9 +30,9 @@ from typing import Any
 
 from localspec.bench.runner import load_prompts
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import TokenEvent
+from localspec.engine.generation_config import GenerationConfig
 from tests.live_server import free_port, live_server
 
 MAX_TOKENS = 128

@@ -22,9 +22,9 @@ from pathlib import Path
 from localspec.bench.results import BenchPrompt
 from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import TokenEvent
+from localspec.engine.generation_config import GenerationConfig
 from tests.live_server import live_server
 
 

@@ -6,8 +6,9 @@ then ONE target pass holds every generating slot's [last, d1..dK] and, in the
 room a step's worth of time leaves, a chunk of each new prompt; each slot is
 verified and rolled back on its own sequence. A request that arrives joins at
 the next step, and its prompt never stalls the others for more than a step.
-The pass that reads a prompt's last token judges its first answer token, as the
-one-sequence decoder does: it waits for no draft.
+The pass that reads a prompt's last token judges its first answer token: it
+waits for no draft. A request that brings its own one-sequence drafter (every
+Decoder's does) runs in a scheduler of one slot and takes solo.py's step.
 
 Each slot may use 1/N of the context (n_ctx over the slots), so no slot can take
 the cells another needs; a finished slot keeps its cells as a prompt cache (a
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.engine import prompt_passes
+from localspec.engine.answer import closing_events, emitted_tokens, first_token, judge, top2_margins
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
-from localspec.engine.decode import closing_events, emitted_tokens, first_token, judge, top2_margins
+from localspec.engine.batch.solo import solo_step
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
@@ -35,7 +37,7 @@ from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Draft, one_hot
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.errors import EngineError, PromptTooLongError
-from localspec.engine.events import StopReason
+from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
 from localspec.engine.sampling import SamplingParams, make_rng
 from localspec.engine.stats import GenerationStats
@@ -53,12 +55,14 @@ class _Step:
 
 
 class BatchScheduler:
-    def __init__(self, target: Model, draft: Model | None, n_slots: int, costs: CostTable | None = None) -> None:
+    def __init__(self, target: Model, draft: Model | None, n_slots: int, costs: CostTable | None = None, keep_cache: bool = False) -> None:
+        """`keep_cache`: start from what the target's cache holds (one slot, as a one-sequence Decoder does), not empty."""
         if n_slots < 1:
             raise ValueError("a batch needs at least one slot")
         costs = costs or calibrate(target, draft, BATCH_CALIBRATION_SIZES)
         target.ensure_sequences(n_slots)
-        target.clear_cache()
+        if not keep_cache:
+            target.clear_cache()
         if draft is not None:
             draft.ensure_sequences(n_slots)
             draft.clear_cache()
@@ -95,7 +99,9 @@ class BatchScheduler:
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
-        role = registry.batch_role(request.drafter)
+        if request.solo is not None and len(self.slots) > 1:
+            raise EngineError(f"The {request.drafter} drafter drafts for one sequence: it runs alone (--parallel 1).")
+        role = registry.batch_role(request.drafter) if request.solo is None else None
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
@@ -106,14 +112,16 @@ class BatchScheduler:
         rng, seed = make_rng(request.config.sampling.seed)
         stats = GenerationStats(drafter=request.drafter, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
                                 seed=None if request.config.sampling.greedy else seed)
-        slot.lookup.start(prompt)  # every request's text joins the slot's memory, whichever drafter it runs
-        slot.belief.new_answer()
-        self.planner.start_answer()
+        if role is not None:
+            slot.lookup.start(prompt)  # every request's text joins the slot's memory, whichever drafter it runs
+            slot.belief.new_answer()
+            self.planner.start_answer()
         lookup = slot.lookup if role in ("lookup", "adaptive") else None
         self._arrivals += 1
         slot.last_used = self._arrivals
-        slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
-                                     role, rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals, lookup)
+        slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel,
+                                                 request.solo), role, rng, stats, TextAssembler(request.config.stop),
+                                     time.perf_counter_ns(), self._arrivals, lookup)
         slot.last = -1  # until the prompt's pass judges the first token
         return slot
 
@@ -143,6 +151,11 @@ class BatchScheduler:
         generating = [slot for slot in self.slots if slot.busy and not slot.prefilling and self._may_generate(slot)]
         reading = sorted((slot for slot in self.slots if slot.prefilling), key=lambda slot: slot.job.arrival)
         if not generating and not reading:
+            return
+        if len(generating) == 1 and generating[0].job.role is None:  # a one-sequence drafter's slot: alone by construction
+            slot = generating[0]
+            events, reason = solo_step(self.target, slot, self.share - len(slot.cached) - 1)
+            self._emit(slot, events, reason)
             return
         step_start = time.perf_counter_ns()
         ns_before = self._decode_ns()
@@ -196,6 +209,9 @@ class BatchScheduler:
         if self.drafting is not None:
             # The draft model reads along for `model` slots only: auto may never pick it, and prices the catch-up when it does.
             self.drafting.read([slot for slot, _ in chunks if slot.job.role == "model"])
+        for slot, _ in chunks:
+            if not slot.prefilling and slot.job.request.solo is not None:
+                slot.job.request.solo.start(slot.job.prompt)  # its draft reads the prompt now, in the prompt's time
         now = time.perf_counter_ns()
         for slot, _ in chunks:
             if not slot.prefilling:
@@ -213,25 +229,35 @@ class BatchScheduler:
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
             return
-        if generation.role != "plain":  # what auto learns from; plain decoding spares its pass over the row
+        if generation.role not in ("plain", None):  # what auto learns from; plain decoding spares its pass over the row
             slot.belief.observe_target(row[0])
         slot.last, events, reason = first_token(self.target, row, config, generation.rng, generation.text, generation.stats)
-        slot.lookup.advance([slot.last])
+        if generation.request.solo is not None:
+            generation.request.solo.advance([slot.last])
+            generation.request.solo.observe_target(row[0])
+        else:
+            slot.lookup.advance([slot.last])
+        self._emit(slot, events, reason)
+
+    def _emit(self, slot: Slot, events: list[TokenEvent], reason: StopReason | None) -> None:
+        """Send a step's events; end the answer where they say it ends."""
         for event in events:
-            generation.request.emit(event)
+            slot.job.request.emit(event)
         if reason is not None:
             self._finish(slot, reason)
 
     def _may_generate(self, slot: Slot) -> bool:
         """A slot whose prompt is read and first token judged: unless its share of the context is full, it generates."""
         if self.share - len(slot.cached) - 1 < 0:
-            self._finish(slot, StopReason.CONTEXT_FULL, f"The slot's context is full ({self.share} tokens). Start a new "
-                                                        "conversation, or give each slot a larger context.")
+            self._finish(slot, StopReason.CONTEXT_FULL, f"The context is full ({self.share} tokens). Start a new conversation or raise "
+                                                        "the context size." if len(self.slots) == 1 else
+                         f"The slot's context is full ({self.share} tokens). Start a new conversation, or give each slot a larger context.")
             return False
         return True
 
     def _options(self, slot: Slot, k_limit: int) -> SlotOptions:
         generation = slot.job
+        assert generation.role is not None  # solo slots take solo_step
         config, stats = generation.request.config, generation.stats
         room = self.share - len(slot.cached) - 1
         cap = config.draft_cap(room, stats.predicted_n, k_limit)
@@ -336,16 +362,18 @@ class BatchScheduler:
             self.planner.observe_model(step.choice, slot.belief.asked_class, len(draft.tokens), verdict.n_accepted)
         slot.lookup.advance(settled)
         generation.shadows = self.planner.settle(generation.shadows, settled, slot.belief.copy_effect)
-        events, reason = emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
-        for event in events:
-            generation.request.emit(event)
-        if reason is not None:
-            self._finish(slot, reason)
+        self._emit(slot, *emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config))
+
+    def release(self, slot: Slot) -> None:
+        """Let go of a slot's request with no more events (its caller stopped listening); its cells stay, as a cache."""
+        slot.generation = None
 
     def _finish(self, slot: Slot, reason: StopReason, message: str = "") -> None:
         """End the slot's generation: the text held back, then Finished. Its cells stay, as a prompt cache."""
         generation = slot.job
         stats = generation.stats
+        if generation.request.solo is not None:
+            generation.request.solo.end()
         if generation.generating_since_ns:
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.engine.decode import GenerationConfig
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
 from localspec.engine.drafters.registry import BatchRole
 from localspec.engine.events import Finished, TokenEvent
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
@@ -30,6 +31,9 @@ class SlotRequest:
     emit: Callable[[TokenEvent | Finished], None]
     fail: Callable[[BaseException], None]  # the batch's pass failed: this request ends with the error
     cancel: threading.Event = field(default_factory=threading.Event)
+    # A one-sequence drafter object that drafts for this request (batch/solo.py), where the slot is its scheduler's only
+    # one; None: the batch drafts for it by its drafter's batch role.
+    solo: Drafter | None = None
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Generation:
     """What one running request keeps between steps."""
 
     request: SlotRequest
-    role: BatchRole  # how the batch drafts for its drafter (the registry's batch_role)
+    role: BatchRole | None  # how the batch drafts for its drafter (the registry's batch_role); None: request.solo drafts
     rng: np.random.Generator
     stats: GenerationStats
     text: TextAssembler

@@ -1,0 +1,36 @@
+"""What one generation asks for: its length, sampling, K and p-min, verification rule, stop strings and grammar."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from localspec.engine import defaults
+from localspec.engine.grammar import Grammar
+from localspec.engine.sampling import SamplingParams
+
+Verification = Literal["speculative", "sample-match"]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = defaults.MAX_TOKENS
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft_max: int = defaults.DRAFT_MAX
+    draft_p_min: float = defaults.DRAFT_P_MIN
+    verification: Verification = "speculative"  # at temperature > 0; temperature 0 is always greedy
+    stop: tuple[str, ...] = ()
+    record_margins: bool = False  # evidence for lossless tests; costs a partition per row
+    grammar: Grammar | None = None  # what the answer may say (JSON mode): one answer's state, so one config per request
+
+    @property
+    def draft_sampling(self) -> SamplingParams | None:
+        """How drafts are sampled: None (greedy) at temperature 0 and under sample-match, which judges the tokens and
+        never q; else from q at the request's own sampling, which speculative sampling needs."""
+        return None if self.sampling.greedy or self.verification == "sample-match" else self.sampling
+
+    def draft_cap(self, room: int, predicted_n: int, limit: int | None = None) -> int:
+        """The most draft tokens a step may take: K, the cells left after the last settled token (`room`), the tokens the
+        answer has left besides the target's own, and (several slots) each slot's share of a pass (`limit`)."""
+        cap = min(self.draft_max, room, self.max_tokens - predicted_n - 1)
+        return max(0, cap if limit is None else min(cap, limit))
