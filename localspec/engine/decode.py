@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.batch.slot import SlotRequest
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.base import Drafter, NoDrafter
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, TokenEvent
@@ -27,8 +26,7 @@ class Decoder:
     def __init__(self, target: Model, drafter: Drafter | None = None) -> None:
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
-        # Its drafter drafts, so the batch's planner and its costs are never asked: no costs are measured for it.
-        self._loop = BatchScheduler(target, None, 1, CostTable(), keep_cache=True)
+        self._loop = BatchScheduler.alone(target)
 
     def generate(
         self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None

@@ -84,6 +84,11 @@ class Engine:
         self._decoders.clear()
         return BatchScheduler(self.target, self.draft, n_slots)
 
+    def alone(self) -> BatchScheduler:
+        """The decode loop with one slot over the target's cache as it stands, each request drafted by its drafter's own
+        object (the decoders'): a server's single slot, which runs every drafter."""
+        return BatchScheduler.alone(self.target)
+
     @property
     def cost_cache_dir(self) -> Path | None:
         return self.config.cost_cache_dir

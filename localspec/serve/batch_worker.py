@@ -1,10 +1,13 @@
-"""Several generations at once (`--parallel N`): the batch scheduler's thread, fed by the HTTP handlers.
+"""The server's one worker: the decode loop's thread, fed by the HTTP handlers, with one slot or N (`--parallel N`).
 
-Jobs queue in arrival order as with one slot; whenever a slot is free the next
-job takes it (its prompt built and checked on this thread, beside the engine),
-and joins the batch at the next step. Every llama.cpp call stays on this one
-thread; a handler hears its job's events through the job's queue, and a client
-that leaves sets the job's cancel event, which frees its slot at the next step.
+Jobs queue in arrival order; whenever a slot is free the next job takes it (its
+prompt built and checked on this thread, beside the engine), and joins the batch
+at the next step. With one slot every drafter runs, each request drafted by its
+drafter's own object (the engine's, which keeps what it learns); with several,
+those that run in a batch (the registry's batch_role). Every llama.cpp call
+stays on this one thread; a handler hears its job's events through the job's
+queue, and a client that leaves sets the job's cancel event, which frees its
+slot at the next step.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from localspec.engine.engine import Engine
 from localspec.engine.events import Finished, TokenEvent
 from localspec.serve.jobs import Deadline, GenerationJob, Started
 from localspec.serve.options import refuse_unbatchable
-from localspec.serve.worker import END, Job, JobFailed, JobRun, SlotView
+from localspec.serve.worker import END, Job, JobFailed, SlotView
 
 
 class BatchWorker:
@@ -55,10 +58,8 @@ class BatchWorker:
             return []
         return [SlotView(slot.seq, self._tasks.get(slot.seq, 0), scheduler.share, slot.busy, len(slot.cached)) for slot in scheduler.slots]
 
-    def submit(self, run: JobRun) -> Job:
+    def submit(self, run: GenerationJob) -> Job:
         """Called on the event loop: queue the job, to take the first free slot after every earlier job has."""
-        if not isinstance(run, GenerationJob):
-            raise TypeError("the batch runs generation jobs only")
         self._arrived += 1
         job = Job(run, asyncio.get_running_loop(), self._arrived)
         self._jobs.put(job)
@@ -98,18 +99,20 @@ class BatchWorker:
             job.put(END)
             return
         work = job.run
-        assert isinstance(work, GenerationJob)
         try:
             prompt, thinking_open = work.prompt(work.engine.target)
             scheduler.check_fits(prompt)
-            refuse_unbatchable(work.drafter)
+            alone = len(scheduler.slots) == 1
+            if not alone:
+                refuse_unbatchable(work.drafter)
+            solo = work.engine.decoder(work.drafter).drafter if alone else None
         except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
             job.put(JobFailed(exc))
             job.put(END)
             return
         config = replace(work.config, max_tokens=0) if work.warm_only else work.config
         try:
-            slot = scheduler.add(SlotRequest(prompt, config, work.drafter, _emitter(job, work), _failer(job), job.cancel))
+            slot = scheduler.add(SlotRequest(prompt, config, work.drafter, _emitter(job, work), _failer(job), job.cancel, solo))
         except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
             job.put(JobFailed(exc))
             job.put(END)

@@ -17,14 +17,13 @@ from localspec.serve.app import create_app
 from localspec.serve.batch_worker import BatchWorker
 from localspec.serve.options import ServeOptions
 from localspec.serve.state import ServerState
-from localspec.serve.worker import GenerationWorker
 from localspec.session.chat import plain_ms_per_token
 
 
 def run_server(config: EngineConfig, options: ServeOptions) -> int:
     """Serve `config`'s pair with `options`, already checked against the bind rule (check_bind)."""
     _check_port_free(options.host, options.port)
-    state = ServerState(options, worker=BatchWorker() if options.parallel > 1 else GenerationWorker())
+    state = ServerState(options, worker=BatchWorker())
     loader = threading.Thread(target=_load, args=(state, config), name="localspec-load", daemon=True)
     loader.start()
     url = f"http://{options.host}:{options.port}"
@@ -62,9 +61,9 @@ def _load(state: ServerState, config: EngineConfig) -> None:
     try:
         engine = Engine(config, on_stage=lambda stage: print(f"localspec serve: {stage}", file=sys.stderr, flush=True))
         state.plain_ms_per_token = plain_ms_per_token(engine)
-        if isinstance(state.worker, BatchWorker):
+        if state.options.parallel > 1:
             print(f"localspec serve: {state.options.parallel} slots: timing the target's batches", file=sys.stderr, flush=True)
-            state.worker.attach(engine.batch(state.options.parallel))
+        state.worker.attach(engine.batch(state.options.parallel) if state.options.parallel > 1 else engine.alone())
         state.engine = engine
         rate = f"{1000 / state.plain_ms_per_token:.1f} tok/s plain" if state.plain_ms_per_token else ""
         print(f"localspec serve: ready ({engine.target.description}; {rate})", file=sys.stderr, flush=True)

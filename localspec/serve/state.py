@@ -17,12 +17,12 @@ from localspec.engine.events import Finished, StopReason
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
+from localspec.serve.batch_worker import BatchWorker
 from localspec.serve.jobs import GenerationJob, PromptBuilder
 from localspec.serve.metrics import Metrics
 from localspec.serve.options import ServeOptions
 from localspec.serve.requests import SamplingFields
 from localspec.serve.response_format import requested_grammar
-from localspec.serve.worker import GenerationWorker, Worker
 from localspec.session.generation_request import SERVER_NAMES, Asked, resolve
 from localspec.session.plain_rate import updated_plain_ms
 
@@ -30,7 +30,7 @@ from localspec.session.plain_rate import updated_plain_ms
 @dataclass
 class ServerState:
     options: ServeOptions
-    worker: Worker = field(default_factory=GenerationWorker)
+    worker: BatchWorker = field(default_factory=BatchWorker)
     metrics: Metrics = field(default_factory=Metrics)
     engine: Engine | None = None  # None while loading
     plain_ms_per_token: float = 0.0  # timed at load, then kept current by every answer (session/plain_rate.py)

@@ -73,6 +73,12 @@ class BatchScheduler:
         self.planner = Planner(costs, draft is not None)
         self._arrivals = 0
 
+    @classmethod
+    def alone(cls, target: Model) -> BatchScheduler:
+        """One slot over the target's cache as it stands, whose requests bring their own drafter objects (SlotRequest.solo):
+        a one-sequence Decoder's loop, and a server's single slot. The planner is never asked, so no costs are measured."""
+        return cls(target, None, 1, CostTable(), keep_cache=True)
+
     # --- requests ---------------------------------------------------------------------
 
     @property
