@@ -78,6 +78,8 @@ class Planner:
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
         self.exploration = ExplorationBudget()
+        # A lone slot's draft-model pricing within one plan: (catch-up, one-token step) by (lookup_k, pending, spread).
+        self._drafting_ms: dict[tuple[int, int, bool], tuple[float, float]] = {}
 
     def start_answer(self) -> None:
         """A request starts: what earlier answers taught of the draft model stays a belief this one soon outweighs
@@ -90,21 +92,29 @@ class Planner:
     def plan(self, slots: Sequence[SlotOptions]) -> list[Choice]:
         """A choice per slot. Prompt chunks that ride in the same pass are left out of the reckoning: they make extra draft
         tokens look nearly free in a long pass, and a pass lengthened that way would then let bigger chunks in."""
+        self._drafting_ms.clear()  # the costs may have moved since the last plan
         choices = [self._fixed(options) for options in slots]
         auto = [i for i, options in enumerate(slots) if options.role == "adaptive" and options.cap > 0]
         if auto:
+            # A lone slot's first round is already the best of its candidates, and no other slot's tokens share its pass (_fill).
+            alone = len(slots) == 1
             best_rate = self._rate(choices, slots)
-            for _ in range(ASCENT_ROUNDS):
+            for _ in range(1 if alone else ASCENT_ROUNDS):
                 changed = False
                 for i in auto:
                     for candidate in self._candidates(slots[i]):
-                        trial = [*choices[:i], candidate, *choices[i + 1 :]]
-                        rate = self._rate(trial, slots)
+                        if alone:
+                            rate = candidate.predicted / self._lone_step_ms(candidate, slots[0], spread=True)
+                            trial = [candidate]
+                        else:
+                            trial = [*choices[:i], candidate, *choices[i + 1 :]]
+                            rate = self._rate(trial, slots)
                         if rate > best_rate * (1 + 1e-9):
                             choices, best_rate, changed = trial, rate, True
                 if not changed:
                     break
-            choices, best_rate = self._fill(choices, slots, auto, best_rate)
+            if not alone:
+                choices, best_rate = self._fill(choices, slots, auto, best_rate)
             choices = self._maybe_explore(choices, slots, auto, best_rate)
         return choices
 
@@ -190,6 +200,8 @@ class Planner:
         """The expected time of the step the choices make: the drafting passes, one target pass, the step's overhead.
         `spread`: as choices weigh it, each slot's catch-up beyond its first tokens spread over the asks a resume buys
         there (catch_up.catch_up_price, for a lone slot exactly that)."""
+        if len(choices) == 1:
+            return self._lone_step_ms(choices[0], slots[0], spread)
         ms = self.overhead_ms + self.costs.verify(sum(choice.k + 1 for choice in choices))
         drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k]
         if drafting:
@@ -205,6 +217,21 @@ class Planner:
             ms += first + (whole - first) * share
             for depth in range(2, max(choice.model_k for choice, _ in drafting) + 1):
                 ms += self.costs.draft_batch(sum(1 for choice, _ in drafting if choice.model_k >= depth))
+        return ms
+
+    def _lone_step_ms(self, choice: Choice, options: SlotOptions, spread: bool) -> float:
+        """step_ms for a batch of one slot, in a few operations: auto prices a dozen candidates every step, and those of
+        the draft model share their catch-up (kept for the plan in _drafting_ms)."""
+        ms = self.overhead_ms + self.costs.verify(choice.k + 1)
+        if choice.model_k:
+            key = (choice.lookup_k, options.pending, spread)
+            if key not in self._drafting_ms:
+                first = self.costs.draft_batch(1 + choice.lookup_k)
+                whole = self.costs.draft_batch(max(1, options.pending) + choice.lookup_k)
+                share = 1 / options.belief.resume_runs.expected if spread and options.pending > 1 else 1.0
+                self._drafting_ms[key] = (first + (whole - first) * share, self.costs.draft_batch(1))
+            catch_up, per_token = self._drafting_ms[key]
+            ms += catch_up + (choice.model_k - 1) * per_token
         return ms
 
     def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
