@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -105,8 +105,8 @@ class BatchScheduler:
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
-        if request.solo is not None and len(self.slots) > 1:
-            raise EngineError(f"The {request.drafter} drafter drafts for one sequence: it runs alone (--parallel 1).")
+        if request.solo is not None and len(self.slots) > 1:  # a drafter object drafts for a lone slot: here, its batch role does
+            request = replace(request, solo=None)
         role = registry.batch_role(request.drafter) if request.solo is None else None
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
