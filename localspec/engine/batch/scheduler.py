@@ -1,4 +1,4 @@
-"""The batch scheduler: every busy slot advances in one target pass per step (continuous batching).
+"""The decode loop, for one slot or many: every busy slot advances in one target pass per step (continuous batching).
 
 A step: cancelled slots free their cells; the planner picks each generating
 slot's draft; the draft model drafts them together (one pass per position);
