@@ -34,7 +34,7 @@ from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
-from localspec.engine.drafters.base import Draft, one_hot
+from localspec.engine.drafters.base import Draft, Drafter, one_hot
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import StopReason, TokenEvent
@@ -149,6 +149,8 @@ class BatchScheduler:
             self._free(slot)
 
     def _step(self) -> None:
+        if len(self.slots) == 1 and self._solo_step(self.slots[0]):
+            return
         for slot in self.slots:
             if slot.generation is not None and slot.generation.request.cancel.is_set():
                 prompt = slot.job.prompt
@@ -157,11 +159,6 @@ class BatchScheduler:
         generating = [slot for slot in self.slots if slot.busy and not slot.prefilling and self._may_generate(slot)]
         reading = sorted((slot for slot in self.slots if slot.prefilling), key=lambda slot: slot.job.arrival)
         if not generating and not reading:
-            return
-        if len(generating) == 1 and generating[0].job.role is None:  # a one-sequence drafter's slot: alone by construction
-            slot = generating[0]
-            events, reason = solo_step(self.target, slot, self.share - len(slot.cached) - 1)
-            self._emit(slot, events, reason)
             return
         step_start = time.perf_counter_ns()
         ns_before = self._decode_ns()
@@ -223,10 +220,25 @@ class BatchScheduler:
             if not slot.prefilling:
                 slot.job.stats.prompt_ms = (now - slot.job.started_ns) / 1e6
                 slot.job.generating_since_ns = now
+                if slot.job.request.solo is not None:  # its llama time is taken over the answer, as its drafter's models decode too
+                    slot.job.llama_ns = -_decode_ns(self.target, slot.job.request.solo)
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
         if steps:
             self.planner.observe_overhead((time.perf_counter_ns() - step_start - (self._decode_ns() - ns_before)) / 1e6)
+
+    def _solo_step(self, slot: Slot) -> bool:
+        """A lone slot that its request's own drafter drafts, past its first token: its step (solo.py) without the batch's
+        bookkeeping, which would add to the time per pass outside llama.cpp. False where the general path must act
+        instead: nothing to generate, the request cancelled, or its context full."""
+        generation = slot.generation
+        if generation is None or generation.role is not None or slot.last < 0 or generation.request.cancel.is_set():
+            return False
+        room = self.share - len(slot.cached) - 1
+        if room < 0:
+            return False
+        self._emit(slot, *solo_step(self.target, slot, room))
+        return True
 
     def _first_token(self, slot: Slot, row: np.ndarray) -> None:
         """Judge and emit the answer's first token on the row of the prompt's last token (n_predict 0: none)."""
@@ -247,8 +259,9 @@ class BatchScheduler:
 
     def _emit(self, slot: Slot, events: list[TokenEvent], reason: StopReason | None) -> None:
         """Send a step's events; end the answer where they say it ends."""
+        emit = slot.job.request.emit
         for event in events:
-            slot.job.request.emit(event)
+            emit(event)
         if reason is not None:
             self._finish(slot, reason)
 
@@ -380,6 +393,8 @@ class BatchScheduler:
         stats = generation.stats
         if generation.request.solo is not None:
             generation.request.solo.end()
+            if generation.generating_since_ns:
+                generation.llama_ns += _decode_ns(self.target, generation.request.solo)
         if generation.generating_since_ns:
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6
@@ -402,3 +417,8 @@ class BatchScheduler:
 
     def _decode_ns(self) -> int:
         return self.target.decode_ns + (self.drafting.model.decode_ns if self.drafting is not None else 0)
+
+
+def _decode_ns(target: Model, drafter: Drafter) -> int:
+    """The decode time so far of the target and of every model a one-sequence drafter decodes with."""
+    return target.decode_ns + sum(model.decode_ns for model in drafter.models)

@@ -24,8 +24,6 @@ def solo_step(target: Model, slot: Slot, room: int) -> tuple[list[TokenEvent], S
     drafter = generation.request.solo
     assert drafter is not None and slot.seq == 0  # a solo slot is its scheduler's only one: sequence 0, the one-sequence API
     config, stats, rng = generation.request.config, generation.stats, generation.rng
-    models = (target, *drafter.models)
-    ns_before = sum(model.decode_ns for model in models)
     t0 = time.perf_counter_ns()
     draft = drafter.propose(config.draft_cap(room, stats.predicted_n), config.draft_p_min, config.draft_sampling, rng)
     if draft.n_tokens > room:
@@ -55,6 +53,5 @@ def solo_step(target: Model, slot: Slot, room: int) -> tuple[list[TokenEvent], S
     if draft.choice is not None:
         stats.record_decision(draft.choice.label, draft.choice.predicted)
     stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)
-    generation.llama_ns += sum(model.decode_ns for model in models) - ns_before
     slot.last = verdict.token
     return emitted_tokens(target, draft, verdict, margins, generation.text, stats, config)

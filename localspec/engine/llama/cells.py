@@ -37,7 +37,7 @@ class SequenceCells:
 
     def share(self, source: int, seq: int, n: int) -> None:
         """Sequence `seq` (empty) now holds `source`'s first n cells, read as they were read there."""
-        self.tokens[seq] = self.tokens[source][:n]
+        self.tokens[seq][:] = self.tokens[source][:n]  # in place: each sequence keeps one list (Model.kv_tokens is sequence 0's)
         self.canonical[seq] = min(self.canonical[source], n)
 
     def replace_tail(self, seq: int, split: int, tokens: Sequence[int]) -> None:

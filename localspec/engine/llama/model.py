@@ -137,7 +137,7 @@ class Model:
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
         self.n_seq = n_seq
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
-        self.cells = SequenceCells.empty(n_seq)  # what each sequence's cells hold, kept at every decode, rollback and share
+        self._empty_cells()
         self._view_key: tuple[int, int] | None = None  # the logits view's (buffer address, rows): a new context, a new buffer
         self._view = np.empty((0, 0), dtype=np.float32)
 
@@ -218,10 +218,9 @@ class Model:
 
     # --- KV cache and decoding ------------------------------------------------------
 
-    @property
-    def kv_tokens(self) -> list[int]:
-        """Sequence 0's tokens: the one-sequence callers' cache."""
-        return self.cells.tokens[0]
+    def _empty_cells(self) -> None:
+        self.cells = SequenceCells.empty(self.n_seq)  # what each sequence's cells hold, kept at every decode, rollback and share
+        self.kv_tokens = self.cells.tokens[0]  # sequence 0's: the one-sequence callers' cache (the same list, never replaced)
 
     @property
     def canonical_n(self) -> int:
@@ -233,10 +232,8 @@ class Model:
 
     def truncate(self, n_keep: int) -> None:
         """Forget every cached token from position `n_keep` on (the rollback of a rejected draft)."""
-        if n_keep >= len(self.kv_tokens):
-            self.cells.canonical[0] = min(self.canonical_n, n_keep)
-            return
-        self.forget(0, n_keep)
+        if n_keep < len(self.kv_tokens):
+            self.forget(0, n_keep)
 
     def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray:
         """Append `tokens` to the cache in one llama_decode; return logits of the last `outputs` tokens.
@@ -306,7 +303,7 @@ class Model:
     def clear_cache(self) -> None:
         """Every sequence's cells gone: the multi-sequence scheduler starts from an empty cache."""
         llama_cpp.llama_memory_clear(self._memory, True)
-        self.cells = SequenceCells.empty(self.n_seq)
+        self._empty_cells()
 
     def cells_held(self, seq: int) -> int:
         """Positions sequence `seq` holds in the cache (its highest position + 1): a leak check for the scheduler's tests."""

@@ -16,6 +16,7 @@ class Vocabulary:
         self.handle = vocab
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(vocab)
         self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
 
     @property
@@ -49,7 +50,11 @@ class Vocabulary:
         return {name: token for name, get in getters.items() if (token := get(self.handle)) >= 0}
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.handle, token))
+        """Whether `token` ends generation; asked of every emitted token, so each answer is kept (a dict lookup, not a C call)."""
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.handle, token))
+        return eog
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes a token contributes to the output text (control tokens give none)."""
