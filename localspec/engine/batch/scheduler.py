@@ -26,6 +26,7 @@ import numpy as np
 
 from localspec.engine import prompt_passes
 from localspec.engine.answer import closing_events, emitted_tokens, first_token, judge, top2_margins
+from localspec.engine.batch import prompt_cache
 from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
@@ -43,7 +44,7 @@ from localspec.engine.sampling import SamplingParams, make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.tokens import common_prefix
-from localspec.engine.tuning import BATCH_CALIBRATION_SIZES, REUSE_SHARE
+from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
 
 @dataclass
@@ -101,7 +102,7 @@ class BatchScheduler:
             )
 
     def add(self, request: SlotRequest) -> Slot:
-        """Take a free slot (see _slot_for) and start the request there; it joins the batch at the next step."""
+        """Take a free slot (prompt_cache.slot_for) and start the request there; it joins the batch at the next step."""
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
@@ -111,8 +112,8 @@ class BatchScheduler:
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
-        slot = self._slot_for(free, prompt[:-1])
-        keep = self._take_prefix(slot, prompt)
+        slot = prompt_cache.slot_for(free, prompt[:-1])
+        keep = prompt_cache.take_prefix(self.slots, slot, prompt)
         if self.drafting is not None and role == "model":
             self.drafting.sync(slot, prompt[:-1])
         rng, seed = make_rng(request.config.sampling.seed)
@@ -284,45 +285,6 @@ class BatchScheduler:
         pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
         return SlotOptions(generation.role, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
 
-    def _take_prefix(self, slot: Slot, prompt: list[int]) -> int:
-        """Make the slot's caches hold the longest reusable prefix of the prompt (prompt_passes) that any slot holds,
-        busy or not: its own, or another's cells, which it then shares (a unified cache tags a cell with both sequences:
-        nothing is copied or computed). An autocomplete request that comes while the one before it still runs (its
-        client left, or it is writing its last tokens) finds that one's file this way instead of reading it again. How
-        many tokens the target's cache holds."""
-        tokens = prompt[:-1]
-
-        def reusable(other: Slot) -> int:
-            return prompt_passes.reusable_prefix(other.shared_prefix(tokens), other.canonical, len(prompt))
-
-        donor = max(self.slots, key=reusable)
-        own, lent = reusable(slot), reusable(donor)  # lent > own: the donor is another slot
-        if lent > own:
-            self.target.forget(slot.seq)
-            self.target.share_cells(donor.seq, slot.seq, lent)
-        else:
-            self._cut(slot, own)
-        if self.drafting is not None:
-            lent_draft = common_prefix(donor.draft_cached, tokens)
-            if lent_draft > common_prefix(slot.draft_cached, tokens):
-                self.drafting.model.forget(slot.seq)
-                self.drafting.model.share_cells(donor.seq, slot.seq, lent_draft)
-        return max(own, lent)
-
-    def _cut(self, slot: Slot, keep: int) -> None:
-        """The slot's target cells past its first `keep` tokens go."""
-        if keep < len(slot.cached):
-            self.target.forget(slot.seq, keep)
-
-    @staticmethod
-    def _slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
-        """The free slot whose cache holds most of `tokens`, if that is much of it; else the least recently used, so
-        that the caches of the others stay for the requests that will want them."""
-        best = max(free, key=lambda slot: slot.shared_prefix(tokens))
-        if tokens and best.shared_prefix(tokens) >= REUSE_SHARE * len(tokens):
-            return best
-        return min(free, key=lambda slot: slot.last_used)
-
     def _drafts(self, generating: list[Slot], options: list[SlotOptions], choices: list[Choice]) -> list[_Step]:
         """Each slot's draft: lookup runs as they are, the draft model's (a hybrid's continuation too, after the lookup
         tokens it reads first) all in one batched drafting."""
@@ -406,7 +368,7 @@ class BatchScheduler:
         """Drop the slot's cells past its prompt (what it answered); the prompt's stay as its cache, as a finished slot's do.
         Editors cancel the request in flight at every keystroke (llama.vim, llama.vscode), and the next one shares the file:
         freeing the prompt too would make every request after a cancelled one read the whole file again."""
-        self._cut(slot, common_prefix(slot.cached, prompt))
+        prompt_cache.cut(slot, common_prefix(slot.cached, prompt))
         if self.drafting is not None:
             self.drafting.sync(slot, slot.cached)  # the draft's cells past what the target keeps go too
 

@@ -1,0 +1,55 @@
+"""Which cells a new request starts from: the slot it takes, and the prefix of its prompt it keeps or borrows there.
+
+Every slot's cells stay after its request as a prompt cache; a request goes to the free slot that holds most of its
+prompt, and starts from the longest reusable prefix any slot holds (prompt_passes), busy or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from localspec.engine import prompt_passes
+from localspec.engine.batch.slot import Slot
+from localspec.engine.tokens import common_prefix
+from localspec.engine.tuning import REUSE_SHARE
+
+
+def slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
+    """The free slot whose cache holds most of `tokens`, if that is much of it; else the least recently used, so
+    that the caches of the others stay for the requests that will want them."""
+    best = max(free, key=lambda slot: slot.shared_prefix(tokens))
+    if tokens and best.shared_prefix(tokens) >= REUSE_SHARE * len(tokens):
+        return best
+    return min(free, key=lambda slot: slot.last_used)
+
+
+def take_prefix(slots: Sequence[Slot], slot: Slot, prompt: list[int]) -> int:
+    """Make the slot's caches hold the longest reusable prefix of the prompt (prompt_passes) that any slot holds,
+    busy or not: its own, or another's cells, which it then shares (a unified cache tags a cell with both sequences:
+    nothing is copied or computed). An autocomplete request that comes while the one before it still runs (its
+    client left, or it is writing its last tokens) finds that one's file this way instead of reading it again. How
+    many tokens the target's cache holds."""
+    tokens = prompt[:-1]
+
+    def reusable(other: Slot) -> int:
+        return prompt_passes.reusable_prefix(other.shared_prefix(tokens), other.canonical, len(prompt))
+
+    donor = max(slots, key=reusable)
+    own, lent = reusable(slot), reusable(donor)  # lent > own: the donor is another slot
+    if lent > own:
+        slot.target.forget(slot.seq)
+        slot.target.share_cells(donor.seq, slot.seq, lent)
+    else:
+        cut(slot, own)
+    if slot.draft is not None:
+        lent_draft = common_prefix(donor.draft_cached, tokens)
+        if lent_draft > common_prefix(slot.draft_cached, tokens):
+            slot.draft.forget(slot.seq)
+            slot.draft.share_cells(donor.seq, slot.seq, lent_draft)
+    return max(own, lent)
+
+
+def cut(slot: Slot, keep: int) -> None:
+    """The slot's target cells past its first `keep` tokens go."""
+    if keep < len(slot.cached):
+        slot.target.forget(slot.seq, keep)
