@@ -241,7 +241,9 @@ class Model:
         The result is an (outputs, n_vocab) view into llama.cpp's buffer, valid until the next decode (empty for none).
         """
         pos0 = len(self.kv_tokens)
-        return self._run_batch([(token, pos0 + i, (0,)) for i, token in enumerate(tokens)], outputs)
+        rows = self._run_batch([(token, pos0 + i, (0,)) for i, token in enumerate(tokens)], outputs)
+        self.kv_tokens.extend(tokens)  # sequence 0's record, in one call (the other passes place entry by entry)
+        return rows
 
     def decode_tree(self, shared: Sequence[int], main: Sequence[int], branch: Sequence[int]) -> np.ndarray:
         """One pass over two continuations that share `shared`: `main` in sequence 0, `branch` in sequence 1.
@@ -260,7 +262,9 @@ class Model:
         entries: list[tuple[int, int, tuple[int, ...]]] = [(token, pos0 + i, (0, 1)) for i, token in enumerate(shared)]
         entries += [(token, split + i, (0,)) for i, token in enumerate(main)]
         entries += [(token, split + i, (1,)) for i, token in enumerate(branch)]
-        return self._run_batch(entries, len(entries))
+        rows = self._run_batch(entries, len(entries))
+        self.cells.placed(entries)
+        return rows
 
     def settle_tree(self, split: int, n_fork_kept: int | None) -> None:
         """End a tree pass: with `n_fork_kept` None the main branch stays (truncate it as usual), else the fork's first tokens replace it."""
@@ -283,7 +287,10 @@ class Model:
         sequence holds (`cells`). Returns a row per entry that wants logits, in entry order: a view valid until the
         next decode.
         """
-        return self._decode_entries([(token, pos, (seq,)) for token, pos, seq, _ in entries], [wants for *_, wants in entries])
+        placed = [(token, pos, (seq,)) for token, pos, seq, _ in entries]
+        rows = self._decode_entries(placed, [wants for *_, wants in entries])
+        self.cells.placed(placed)
+        return rows
 
     def forget(self, seq: int, from_pos: int = 0) -> None:
         """Drop sequence `seq`'s cells from position `from_pos` on (a slot's rollback, or its whole cache)."""
@@ -333,7 +340,6 @@ class Model:
         if rc != 0:
             raise EngineError(failures.decode_failed(self.role, rc, n, self.n_ctx, self.n_past))
         self.n_decoded += n
-        self.cells.placed(entries)
         address = ctypes.cast(pointer, ctypes.c_void_p).value if pointer is not None else None
         return self._logits_view(address, outputs) if address is not None else np.empty((0, self.n_vocab), dtype=np.float32)
 
