@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pytest
 
+from localspec.engine.decode import Decoder
+from localspec.engine.drafters.base import NoDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import cli, run
@@ -20,9 +22,22 @@ OTHER_TAIL = "class Registry:\n    def __init__(self):\n        self.items = {}\
 ANSWER_TOKENS = 24
 
 
+class FirstRow(NoDrafter):
+    """Plain decoding that keeps the first row it is shown: the prompt's last, which judges the answer's first token."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+
+    def observe_target(self, row: np.ndarray) -> None:
+        if not self.rows:
+            self.rows.append(np.array(row))  # a copy: the logits buffer is llama.cpp's, and the next pass writes over it
+
+
 def first_row(engine: Engine, prompt: list[int]) -> np.ndarray:
-    _, rows = engine.target.read_prompt(prompt)
-    return np.array(rows[-1])  # a copy: the logits buffer is llama.cpp's, and the next pass writes over it
+    """The prompt's last row as the decode loop reads it (its cells stay, as after any answer of one token)."""
+    keeper = FirstRow()
+    run(Decoder(engine.target, keeper), prompt, GenerationConfig(max_tokens=1))
+    return keeper.rows[0]
 
 
 def test_a_prompts_last_row_and_answer_are_the_same_whatever_the_cache_held(real_models):

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.batch.slot import SlotRequest
 from localspec.engine.drafters.base import Drafter, NoDrafter
-from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
@@ -31,10 +30,8 @@ class Decoder:
     def generate(
         self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None
     ) -> Iterator[TokenEvent | Finished]:
-        """Yield a TokenEvent per emitted token, then exactly one Finished."""
-        if not prompt:
-            raise ValueError("the prompt must hold at least one token")
-        self.check_fits(prompt)
+        """Yield a TokenEvent per emitted token, then exactly one Finished; a prompt that leaves no room for an answer is
+        refused (PromptTooLongError) before anything is decoded."""
         events: list[TokenEvent | Finished] = []
         failures: list[BaseException] = []
         slot = self._loop.add(SlotRequest(prompt, config, self.drafter.name, events.append, failures.append,
@@ -49,19 +46,3 @@ class Decoder:
         finally:
             if slot.busy:  # the caller stopped early (or a step raised): the slot is free for the next generation
                 self._loop.release(slot)
-
-    def check_fits(self, prompt: Sequence[int]) -> None:
-        """A prompt that fills the context leaves no room for an answer: refused before anything is decoded."""
-        if len(prompt) >= self.target.n_ctx:
-            raise PromptTooLongError(
-                f"The prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}, "
-                "leaving no room for an answer. Shorten the prompt or raise the context size."
-            )
-
-    def warm(self, prompt: Sequence[int]) -> int:
-        """Evaluate `prompt` into the caches without generating (an editor warming its context); tokens already cached."""
-        self.check_fits(prompt)
-        cached = self.target.prefill(prompt)
-        if prompt:
-            self.drafter.start(prompt)  # the draft model reads it too (all but the last token, as for a generation)
-        return cached

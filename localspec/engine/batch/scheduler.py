@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -94,6 +94,9 @@ class BatchScheduler:
         """A prompt must leave its slot room for an answer: refused before it takes a slot."""
         if not prompt:
             raise ValueError("the prompt must hold at least one token")
+        if len(prompt) >= self.share and len(self.slots) == 1:
+            raise PromptTooLongError(f"The prompt is {len(prompt)} tokens but the context holds {self.share}, leaving no room for an "
+                                     "answer. Shorten the prompt or raise the context size.")
         if len(prompt) >= self.share:
             n = len(self.slots)
             raise PromptTooLongError(
@@ -106,8 +109,8 @@ class BatchScheduler:
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
-        if request.solo is not None and len(self.slots) > 1:  # a drafter object drafts for a lone slot: here, its batch role does
-            request = replace(request, solo=None)
+        if request.solo is not None and len(self.slots) > 1:
+            raise ValueError("a request's own drafter object drafts for a scheduler's lone slot (BatchScheduler.alone)")
         role = registry.batch_role(request.drafter) if request.solo is None else None
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
@@ -222,7 +225,7 @@ class BatchScheduler:
                 slot.job.stats.prompt_ms = (now - slot.job.started_ns) / 1e6
                 slot.job.generating_since_ns = now
                 if slot.job.request.solo is not None:  # its llama time is taken over the answer, as its drafter's models decode too
-                    slot.job.llama_ns = -_decode_ns(self.target, slot.job.request.solo)
+                    slot.job.llama_ns = -_solo_decode_ns(self.target, slot.job.request.solo)
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
         if steps:
@@ -356,7 +359,7 @@ class BatchScheduler:
         if generation.request.solo is not None:
             generation.request.solo.end()
             if generation.generating_since_ns:
-                generation.llama_ns += _decode_ns(self.target, generation.request.solo)
+                generation.llama_ns += _solo_decode_ns(self.target, generation.request.solo)
         if generation.generating_since_ns:
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6
@@ -381,6 +384,6 @@ class BatchScheduler:
         return self.target.decode_ns + (self.drafting.model.decode_ns if self.drafting is not None else 0)
 
 
-def _decode_ns(target: Model, drafter: Drafter) -> int:
+def _solo_decode_ns(target: Model, drafter: Drafter) -> int:
     """The decode time so far of the target and of every model a one-sequence drafter decodes with."""
     return target.decode_ns + sum(model.decode_ns for model in drafter.models)

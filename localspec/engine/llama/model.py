@@ -365,30 +365,17 @@ class Model:
 
     def prefill(self, tokens: Sequence[int]) -> int:
         """Make the cache hold exactly `tokens`, read as a prompt (prompt_passes); how many cached cells were reused."""
-        keep = self._keep_reusable(tokens, len(tokens))
-        self._read(tokens, keep, last_logits=False)
-        return keep
-
-    def read_prompt(self, prompt: Sequence[int]) -> tuple[int, np.ndarray]:
-        """prefill, and the last token's row (what the first answer token is judged on). Its cells and that row are
-        bit-identical whatever the cache held (prompt_passes): how many tokens were reused, and the row."""
-        keep = self._keep_reusable(prompt[:-1], len(prompt))
-        rows = self._read(prompt, keep, last_logits=True)
-        assert rows is not None  # keep < len(prompt): the last pass was decoded
-        return keep, rows
-
-    def _keep_reusable(self, tokens: Sequence[int], n_prompt: int) -> int:
-        keep = prompt_passes.reusable_prefix(common_prefix(list(tokens), self.kv_tokens), self.canonical_n, n_prompt)
+        keep = prompt_passes.reusable_prefix(common_prefix(list(tokens), self.kv_tokens), self.canonical_n, len(tokens))
         self.truncate(keep)
+        self._read(tokens, keep)
         return keep
 
-    def _read(self, tokens: Sequence[int], start: int, last_logits: bool) -> np.ndarray | None:
-        """Decode tokens[start:] in the passes prompt_passes cuts; the last token's logits when asked."""
-        rows, begin = None, start
+    def _read(self, tokens: Sequence[int], start: int) -> None:
+        """Decode tokens[start:] in the passes prompt_passes cuts, asking no logits."""
+        begin = start
         while begin < len(tokens):
             stop = prompt_passes.next_pass_end(begin, len(tokens), self.n_batch)
-            rows = self.decode(tokens[begin:stop], outputs=int(last_logits and stop == len(tokens)))
+            self.decode(tokens[begin:stop], outputs=0)
             if self.canonical_n == begin and prompt_passes.is_canonical(begin, stop, len(tokens)):
                 self.cells.canonical[0] = stop
             begin = stop
-        return rows
