@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.batch.slot import SlotRequest
+from localspec.engine.drafters.base import Drafter
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import Run
@@ -29,7 +30,7 @@ class Collected:
     def fail(self, error: BaseException) -> None:
         self.error = error
 
-    def request(self, prompt: list[int], config: GenerationConfig, drafter: str) -> SlotRequest:
+    def request(self, prompt: list[int], config: GenerationConfig, drafter: Drafter) -> SlotRequest:
         return SlotRequest(prompt, replace(config, record_margins=True), drafter, self.emit, self.fail, self.cancel)
 
     @property
@@ -38,7 +39,7 @@ class Collected:
         return Run([e.token for e in self.events if e.token >= 0], self.events, self.finished)
 
 
-def run_batch(scheduler: BatchScheduler, jobs: list[tuple[list[int], GenerationConfig, str]],
+def run_batch(scheduler: BatchScheduler, jobs: list[tuple[list[int], GenerationConfig, Drafter]],
               each_step=None) -> list[Collected]:
     """Submit jobs as slots free up (in order), step until all have finished; `each_step(step_number, collected)` may cancel."""
     collected = [Collected() for _ in jobs]

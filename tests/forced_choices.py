@@ -11,27 +11,29 @@ from collections.abc import Sequence
 
 from localspec.engine.drafters.auto.choice import HYBRID, Choice
 from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
-from localspec.engine.drafters.ngram import Lookup
-
-
-class AlwaysHybrid(AutoDrafter):
-    def decide(self, k_cap: int, lookup: Lookup) -> Choice:
-        usable = min(len(lookup.tokens), k_cap - 1)
-        if usable < 1 or self.model is None:
-            return super().decide(k_cap, lookup)
-        # Half the run, so the draft model continues mid-copy, where its tokens and the run's rest may disagree.
-        return Choice(HYBRID, k_cap, 1.0, lookup_k=max(1, usable // 2))
+from localspec.engine.drafters.draft_model import ModelDrafter
+from localspec.engine.drafters.ngram import Lookups
 
 
 class AlwaysHybridPlanner(Planner):
-    """The batch planner with every auto slot that has a lookup run pinned to hybrid: half the run, then the draft
-    model up to the slot's cap (the drafting, verification and rollback after the choice are the real ones)."""
+    """The planner with every slot that has a lookup run pinned to hybrid: half the run, so the draft model continues
+    mid-copy, where its tokens and the run's rest may disagree, then the draft model up to the slot's cap (the drafting,
+    verification and rollback after the choice are the real ones)."""
 
     def plan(self, slots: Sequence[SlotOptions]) -> list[Choice]:
         choices = super().plan(slots)
         for i, options in enumerate(slots):
             usable = min(len(options.lookup.tokens), options.cap - 1)
-            if options.role == "adaptive" and usable >= 1:
+            if usable >= 1 and self.has_draft_model:
                 choices[i] = Choice(HYBRID, options.cap, 1.0, lookup_k=max(1, usable // 2))
         return choices
+
+
+class AlwaysHybrid(AutoDrafter):
+    """auto with its planner pinned so (for one slot or many)."""
+
+    def __init__(self, costs: CostTable, model: ModelDrafter | None = None, lookups: Lookups | None = None) -> None:
+        super().__init__(costs, model, lookups)
+        self.planner = AlwaysHybridPlanner(costs, model is not None)

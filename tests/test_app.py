@@ -550,6 +550,7 @@ async def test_at_80x24_every_dialog_keeps_its_buttons_on_screen_and_the_footer_
         await wait_for(pilot, lambda: app.loaded is not None)
         assert app.query_one(PromptInput).placeholder.startswith("Ask something. Enter sends")  # the box says what it is for
         assert "No answer yet" not in str(app.query_one(StatsPanel).render())  # it read wrong beside a reopened chat
+        await wait_for(pilot, lambda: bool(app.query_one(Footer).query("FooterKey")))  # the footer composes its keys after a refresh
         keys = {key.key: key.region for key in app.query_one(Footer).query("FooterKey")}
         assert {"f1", "f2", "f3", "escape", "ctrl+q"} <= keys.keys()
         shown = sorted(keys.values(), key=lambda region: region.x)

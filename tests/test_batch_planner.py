@@ -23,42 +23,36 @@ def planner(verify: dict[int, float], draft_ms: float | None = None) -> Planner:
 
 
 def test_a_lone_slot_drafts_where_the_pass_has_room():
-    [choice] = planner(CHEAP_TO_FOUR).plan([SlotOptions("adaptive", 8, COPY, 1)])
+    [choice] = planner(CHEAP_TO_FOUR).plan([SlotOptions(8, COPY, 1)])
     assert choice.source == "ngram" and choice.k == 3  # up to the size a pass costs little more for
 
 
 def test_a_full_batch_stops_drafting():
-    choices = planner(CHEAP_TO_FOUR).plan([SlotOptions("adaptive", 8, COPY, 1)] * 8)
+    choices = planner(CHEAP_TO_FOUR).plan([SlotOptions(8, COPY, 1)] * 8)
     assert [choice.k for choice in choices] == [0] * 8  # eight slots fill the cheap part of the pass: drafting would cost more than it saves
 
 
 def test_draft_tokens_are_priced_at_the_marginal_cost_of_the_batch():
     """Two slots: the pass of 2 is paid anyway, so drafting fills it up to 4 tokens (not up to 4 per slot)."""
-    choices = planner(CHEAP_TO_FOUR).plan([SlotOptions("adaptive", 8, COPY, 1)] * 2)
+    choices = planner(CHEAP_TO_FOUR).plan([SlotOptions(8, COPY, 1)] * 2)
     assert sum(choice.k + 1 for choice in choices) == 4 and all(choice.source in ("ngram", "none") for choice in choices)
 
 
 def test_slots_draft_together_where_a_pass_is_cheap_only_when_filled():
     """Four slots with a good lookup run each, on a CPU where 7 tokens cost 157 ms and 16 cost 223: one slot's 3 tokens
     lose alone, so a planner that moves one slot at a time stays plain; all four's together fill the pass to 16."""
-    choices = planner(LUMPY_CPU).plan([SlotOptions("adaptive", 8, COPY, 1)] * 4)
+    choices = planner(LUMPY_CPU).plan([SlotOptions(8, COPY, 1)] * 4)
     assert sum(choice.k + 1 for choice in choices) == 16 and {choice.source for choice in choices} == {"ngram"}
-    alone = planner(LUMPY_CPU).plan([SlotOptions("adaptive", 8, COPY, 1)] + [SlotOptions("adaptive", 8, Lookup(), 1)] * 3)
+    alone = planner(LUMPY_CPU).plan([SlotOptions(8, COPY, 1)] + [SlotOptions(8, Lookup(), 1)] * 3)
     assert [choice.k for choice in alone] == [0] * 4  # one run cannot fill the pass: 4 + 3 tokens cost more than they bring
 
 
 def test_the_draft_model_is_chosen_only_where_its_passes_pay():
-    no_lookup = [SlotOptions("adaptive", 8, Lookup(), 1)]
+    no_lookup = [SlotOptions(8, Lookup(), 1)]
     [cheap] = planner(CHEAP_TO_FOUR, draft_ms=0.5).plan(no_lookup)
     assert cheap.source == "model" and cheap.k >= 1
     [dear] = planner(CHEAP_TO_FOUR, draft_ms=20.0).plan(no_lookup)  # a draft pass twice the target's own: never worth it
     assert dear.k == 0
-
-
-def test_named_drafters_are_not_second_guessed():
-    choices = planner(CHEAP_TO_FOUR, draft_ms=20.0).plan([SlotOptions("model", 3, Lookup(), 1), SlotOptions("plain", 8, COPY, 1),
-                                                          SlotOptions("lookup", 2, COPY, 1)])
-    assert [(c.source, c.k) for c in choices] == [("model", 3), ("none", 0), ("ngram", 2)]
 
 
 def test_each_slot_judges_long_copies_by_its_own_answer():
@@ -72,8 +66,8 @@ def test_each_slot_judges_long_copies_by_its_own_answer():
         copy = list(range(start, start + 32))
         plan.settle([ShadowRun(20, copy)], copy, rewriting.copy_effect)
     long_match = Lookup(list(range(500, 532)), 20)
-    [copying] = plan.plan([SlotOptions("adaptive", 32, long_match, 1, rewriting)])
-    [fresh] = plan.plan([SlotOptions("adaptive", 32, long_match, 1, SequenceBelief())])
+    [copying] = plan.plan([SlotOptions(32, long_match, 1, rewriting)])
+    [fresh] = plan.plan([SlotOptions(32, long_match, 1, SequenceBelief())])
     assert copying.k == 32 and fresh.k <= 4
 
 
@@ -89,8 +83,8 @@ def test_a_slot_in_prose_drafts_a_two_token_match_only_as_far_as_its_answer_can_
         belief.confidence.observe_probability(0.4)
     for _ in range(30):
         written.stepped(plan.costs, lookup_k=0, settled=[5])
-    [unafforded] = plan.plan([SlotOptions("adaptive", 3, pair, 1, fresh)])
-    [afforded] = plan.plan([SlotOptions("adaptive", 3, pair, 1, written)])
+    [unafforded] = plan.plan([SlotOptions(3, pair, 1, fresh)])
+    [afforded] = plan.plan([SlotOptions(3, pair, 1, written)])
     assert unafforded.k == 0 and afforded.source == "ngram" and afforded.k > 0
 
 
@@ -107,18 +101,18 @@ def test_a_short_sure_lookup_run_is_continued_by_the_draft_model():
     """Hybrid inside the planner: the run's source ends after three tokens, and the draft model, cheap and right,
     continues it; a whole run stays lookup's alone (free), and no run is the model's alone."""
     short = Lookup([11, 12, 13], match_length=20)
-    [choice] = sure(planner(*GPU_LIKE)).plan([SlotOptions("adaptive", 8, short, 1)])
+    [choice] = sure(planner(*GPU_LIKE)).plan([SlotOptions(8, short, 1)])
     assert (choice.source, choice.lookup_k, choice.model_k) == ("hybrid", 3, choice.k - 3) and choice.model_k >= 1
     assert choice.label == f"hybrid K=3+{choice.model_k}"
-    [whole] = sure(planner(*GPU_LIKE)).plan([SlotOptions("adaptive", 8, Lookup(list(range(11, 19)), 20), 1)])
+    [whole] = sure(planner(*GPU_LIKE)).plan([SlotOptions(8, Lookup(list(range(11, 19)), 20), 1)])
     assert whole.source == "ngram"
-    [alone] = sure(planner(*GPU_LIKE)).plan([SlotOptions("adaptive", 8, Lookup(), 1)])
+    [alone] = sure(planner(*GPU_LIKE)).plan([SlotOptions(8, Lookup(), 1)])
     assert alone.source == "model"
 
 
 def test_a_hybrid_step_is_priced_with_its_lookup_tokens_in_the_drafts_first_pass():
     plan = sure(planner(CHEAP_TO_FOUR, draft_ms=0.5))
-    options = [SlotOptions("adaptive", 8, Lookup([11, 12, 13], 20), 1)]
+    options = [SlotOptions(8, Lookup([11, 12, 13], 20), 1)]
     hybrid = Choice("hybrid", 5, 4.0, lookup_k=3)
     model = Choice("model", 2, 2.0)
     costs = plan.costs
@@ -150,9 +144,9 @@ def test_a_slots_catch_up_is_priced_over_the_asks_a_resume_buys_there():
                         has_draft_model=True)
     plan.exploration.saved_ms = 0.0  # no try paid for: the choice is the costs' alone
     for name, asks, drafts in (("writing code", 30, True), ("editing code", 1, False)):
-        [choice] = plan.plan([SlotOptions("adaptive", 1, Lookup(), 16, belief_after(asks))])
+        [choice] = plan.plan([SlotOptions(1, Lookup(), 16, belief_after(asks))])
         assert (choice.source == "model") is drafts, name
-    options = [SlotOptions("adaptive", 1, Lookup(), 16, belief_after(30))]
+    options = [SlotOptions(1, Lookup(), 16, belief_after(30))]
     model = Choice("model", 1, 1.9)
     assert plan.step_ms([model], options, spread=True) < plan.step_ms([model], options)  # the real step pays it whole
 
@@ -169,7 +163,7 @@ def test_the_draft_model_is_judged_by_how_sure_each_slots_target_is():
     for _ in range(20):
         plan.observe_model(Choice("model", 4, 5.0), prose.confidence.class_index, 4, 0)
         plan.observe_model(Choice("model", 4, 5.0), sure_text.confidence.class_index, 4, 4)
-    choices = plan.plan([SlotOptions("adaptive", 4, Lookup(), 1, sure_text), SlotOptions("adaptive", 4, Lookup(), 1, prose)])
+    choices = plan.plan([SlotOptions(4, Lookup(), 1, sure_text), SlotOptions(4, Lookup(), 1, prose)])
     assert choices[0].source == "model" and choices[1].k == 0
 
 

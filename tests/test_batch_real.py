@@ -18,7 +18,7 @@ def test_slots_at_once_each_write_the_targets_text(real_models):
         alone = [run(engine.plain, prompt, config) for prompt in prompts]
         scheduler = engine.batch(4)
         drafters = ["model", "auto", "ngram", "model", "auto"]
-        results = run_batch(scheduler, [(prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=4), drafter)
+        results = run_batch(scheduler, [(prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=4), engine.drafter(drafter))
                                         for prompt, drafter in zip(prompts, drafters)])
         for i, (expected, got) in enumerate(zip(alone, results)):
             assert_lossless(expected, got.run, NEAR_TIE, label=f"prompt {i} ({drafters[i]})")

@@ -12,12 +12,15 @@ from localspec.engine.decode import Decoder
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
+from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.auto.edit_points import EditPoints
+from localspec.engine.drafters.auto.planner import SlotOptions
+from localspec.engine.drafters.base import Ask
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.edits import RESUMED, SMALL_EDIT
-from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, LookupMemory, NgramDrafter
+from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, LookupMemory, Lookups, NgramDrafter, PromptLookup
 from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
@@ -34,7 +37,7 @@ CPU_LIKE = {1: 60.0, 2: 100.0, 4: 200.0, 8: 400.0, 16: 600.0}, 30.0
 
 
 def test_prompt_lookup_continues_the_latest_earlier_occurrence():
-    drafter = NgramDrafter(n_min=2, n_max=3)
+    drafter = PromptLookup(n_min=2, n_max=3)
     drafter.start([5, 6, 7, 8, 1, 5, 6, 7, 9, 5, 6])
     assert drafter.lookup(3).tokens == [7, 9, 5]  # (5, 6) last seen before the end at index 6: 7, 9, 5 follow
     drafter.advance([7])
@@ -42,11 +45,11 @@ def test_prompt_lookup_continues_the_latest_earlier_occurrence():
     drafter.start([1, 2, 3])
     assert drafter.lookup(4) == Lookup()  # nothing repeats yet
     with pytest.raises(ValueError):
-        NgramDrafter(n_min=3, n_max=2)
+        PromptLookup(n_min=3, n_max=2)
 
 
 def test_prompt_lookup_copies_the_occurrence_that_agrees_longest():
-    drafter = NgramDrafter(n_min=2, n_max=2)
+    drafter = PromptLookup(n_min=2, n_max=2)
     drafter.start([1, 2, 3, 4, 9, 7, 3, 4, 8, 1, 2, 3, 4])
     # (3, 4) ends at 3 and at 7; the text before index 3 agrees with the end for 4 tokens, before 7 for only 2.
     assert drafter.lookup(3) == Lookup([9, 7, 3], 4)
@@ -57,7 +60,7 @@ def test_a_copy_resumed_after_an_edit_is_judged_by_all_it_agrees():
     the run that resumes the copy counts the stretch before the edit too, and wins over a coincidence of the same
     length. Without a stretch that agrees past the edit, only the exact agreement counts."""
     source = list(range(100, 130))  # no token repeats
-    drafter = NgramDrafter(n_min=2, n_max=2)
+    drafter = PromptLookup(n_min=2, n_max=2)
     renamed = source[:12] + [7] + source[13:20]  # source[12] renamed to 7; copying resumed for 7 tokens
     drafter.start(source + [1, 118, 119, 2] + renamed)  # (118, 119) also occurs once more, followed by 2
     assert drafter.lookup(3) == Lookup(source[20:23], 7 + 12)
@@ -79,7 +82,7 @@ def name_source() -> list[int]:
     return source
 
 
-def follow(drafter: NgramDrafter, answer: list[int], upto: int, k: int = 8) -> list[list[int]]:
+def follow(drafter: PromptLookup, answer: list[int], upto: int, k: int = 8) -> list[list[int]]:
     """Write the answer's first `upto` tokens as the decode loop does (a lookup each step), and what each lookup offered."""
     offered = []
     for token in answer[:upto]:
@@ -95,7 +98,7 @@ def test_a_renamed_name_is_learned_once_and_drafted_through_the_rest_of_the_copy
     later use is drafted right and the copy never breaks again."""
     source = name_source()
     answer = [t for token in source for t in (renamed if token == NAME else [token])]
-    drafter = NgramDrafter()
+    drafter = PromptLookup()
     drafter.start([1, 2, *source, 3, 4])
     follow(drafter, answer, 10)
     assert drafter.lookup(3) == Lookup([NAME, 111, 112], 10)  # the copy (10 tokens agree), which does not know the rename
@@ -110,7 +113,7 @@ def test_a_renamed_name_is_learned_once_and_drafted_through_the_rest_of_the_copy
 def test_a_rename_the_answer_does_not_repeat_is_forgotten_and_an_insertion_is_no_rename():
     source = name_source()
     once = [7 if i == 10 else token for i, token in enumerate(source)]  # only the first use renamed
-    drafter = NgramDrafter()
+    drafter = PromptLookup()
     drafter.start([1, 2, *source, 3, 4])
     offered = follow(drafter, once, 50)
     assert offered[24][1] == 7  # the second use was drafted renamed...
@@ -130,9 +133,15 @@ def test_whether_guesses_past_an_edit_pay_is_learned_anew_for_each_answer():
         controller.lookup_acceptance.observe(RESUMED, 8, 8)  # an answer that renames: every guess held
         controller.lookup_acceptance.observe(20, 8, 8)
     assert controller.lookup_acceptance.expected_accepted(RESUMED, 4) > 3
-    controller.start([1, 2, 3])  # the next answer may rewrite freely
+    controller.begin(0, [1, 2, 3])  # the next answer may rewrite freely
     assert controller.lookup_acceptance.given.early[RESUMED].rate(0) == MATCH_CLASS_PRIORS[RESUMED]
     assert controller.lookup_acceptance.expected_accepted(20, 4) > 3  # what copies are like is kept
+
+
+def decide(controller: AutoDrafter, k_cap: int, lookup: Lookup) -> Choice:
+    """auto's choice for sequence 0 at most `k_cap` draft tokens, given lookup's run there."""
+    pending = controller.model.pending_tokens(0) if controller.model is not None else 0
+    return controller.planner.plan([SlotOptions(k_cap, lookup, pending, controller.belief(0))])[0]
 
 
 def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure():
@@ -143,14 +152,14 @@ def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure
     guess = Lookup([7, 8, 9], RESUMED)
     for probability, drafts in ((0.99, True), (0.4, False)):
         controller = AutoDrafter(cpu)
-        controller.start([1, 2, 3])
+        controller.begin(0, [1, 2, 3])
         controller.confidence.observe_probability(probability)
-        assert (controller.decide(3, guess).k > 0) == drafts
+        assert (decide(controller, 3, guess).k > 0) == drafts
         for _ in range(2):  # this answer's guesses held
             controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)
         for _ in range(20):  # and it has written enough to afford a bet on thin evidence (thin_bets.py)
-            controller.belief.stepped(cpu, 0, [5])
-        assert controller.decide(3, guess).k > 0
+            controller.belief(0).stepped(cpu, 0, [5])
+        assert decide(controller, 3, guess).k > 0
 
 
 def test_an_answer_whose_long_copies_hold_drafts_them_longer_than_earlier_answers_taught():
@@ -168,22 +177,22 @@ def test_an_answer_whose_long_copies_hold_drafts_them_longer_than_earlier_answer
         return controller
 
     def copy_whole(controller: AutoDrafter) -> AutoDrafter:
-        controller.start([*source, 1, 2])
-        controller.advance(source[:20])
+        controller.begin(0, [*source, 1, 2])
+        controller.accept(0, source[:20])
         at, rng = 20, np.random.default_rng(0)
         while at < len(source) - 1:
-            drafted = len(controller.propose(32, 0.0, None, rng).tokens)
-            controller.advance(source[at : at + drafted + 1])
+            drafted = len(controller.propose([Ask(0, 32, 0.0, None, rng)])[0].tokens)
+            controller.accept(0, source[at : at + drafted + 1])
             at += drafted + 1
         return controller
 
     fresh = taught()
-    fresh.start([9, 9, 9])
-    assert fresh.decide(32, run).k <= 4
-    assert copy_whole(taught()).decide(32, run).k == 32
+    fresh.begin(0, [9, 9, 9])
+    assert decide(fresh, 32, run).k <= 4
+    assert decide(copy_whole(taught()), 32, run).k == 32
     next_answer = copy_whole(taught())
-    next_answer.start([9, 9, 9])
-    assert next_answer.decide(32, run).k <= 4
+    next_answer.begin(0, [9, 9, 9])
+    assert decide(next_answer, 32, run).k <= 4
 
 
 def test_long_copies_that_break_more_than_the_learned_rates_expect_are_expected_shorter():
@@ -209,19 +218,19 @@ def test_in_prose_a_two_token_match_is_drafted_only_as_far_as_the_answer_can_aff
         for lesson in range(40):  # earlier answers: such runs held 3 times in 4, in prose and in code
             for unsure in (True, False):
                 controller.lookup_acceptance.observe(2, 3, 0 if lesson % 4 == 0 else 3, unsure=unsure)
-        controller.start([1, 2, 3])
+        controller.begin(0, [1, 2, 3])
         controller.confidence.observe_probability(probability)
         return controller
 
     prose = taught(0.4)
-    assert prose.decide(3, pair).k == 0
-    assert prose.decide(3, Lookup([7, 8, 9], 20)).k > 0  # a long match is a copy: not thin evidence
+    assert decide(prose, 3, pair).k == 0
+    assert decide(prose, 3, Lookup([7, 8, 9], 20)).k > 0  # a long match is a copy: not thin evidence
     for _ in range(16):  # a share of each plain step: after 16, the loss of a one-token bet is covered, not a longer one's
-        prose.belief.stepped(cpu, 0, [5])
-    assert prose.decide(3, pair).k == 1
-    prose.belief.stepped(cpu, 1, [7, 8])  # it won: its winnings pay for a longer bet
-    assert prose.decide(3, pair).k == 3
-    assert taught(0.99).decide(3, pair).k == 3  # where the target is sure, the rates alone decide
+        prose.belief(0).stepped(cpu, 0, [5])
+    assert decide(prose, 3, pair).k == 1
+    prose.belief(0).stepped(cpu, 1, [7, 8])  # it won: its winnings pay for a longer bet
+    assert decide(prose, 3, pair).k == 3
+    assert decide(taught(0.99), 3, pair).k == 3  # where the target is sure, the rates alone decide
 
 
 def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
@@ -239,12 +248,12 @@ def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
     assert agreement.expected_accepted(20, 4) == agreement.expected_accepted(20, 4, unsure=True) < AgreementModel().expected_accepted(20, 4) / 2
 
     controller = AutoDrafter(CostTable.given(CHEAP_BATCH_MS))
-    controller.start([5, 6, 7, 8, 9, 5, 6])  # "5 6" occurred before: a run of "7 8 9 ..." from a 2-token match
-    controller.observe_target(np.zeros(64, dtype=np.float32))  # the target torn between 64 tokens
+    controller.begin(0, [5, 6, 7, 8, 9, 5, 6])  # "5 6" occurred before: a run of "7 8 9 ..." from a 2-token match
+    controller.observe_target(0, np.zeros(64, dtype=np.float32))  # the target torn between 64 tokens
     assert controller.confidence.unsure
     before = controller.lookup_acceptance.expected_accepted(2, 3, unsure=True)
-    controller.propose(3, 0.0, None, np.random.default_rng(0))
-    controller.advance([40])  # the text went elsewhere: the run's first token was wrong
+    controller.propose([Ask(0, 3, 0.0, None, np.random.default_rng(0))])[0]
+    controller.accept(0, [40])  # the text went elsewhere: the run's first token was wrong
     assert controller.lookup_acceptance.expected_accepted(2, 3, unsure=True) < before
     assert controller.lookup_acceptance.expected_accepted(2, 3) == AgreementModel().expected_accepted(2, 3)
 
@@ -254,7 +263,7 @@ def test_a_short_match_in_the_answers_own_text_is_judged_apart_from_one_in_what_
     meeting its own words again (`in the` twice in a haiku), right far less often, and so is a long one (code that
     repeats its own lines, then differs). The lookup says where its run comes from, and failing runs from the answer's
     own text do not lower what auto expects of runs from the prompt."""
-    drafter = NgramDrafter()
+    drafter = PromptLookup()
     drafter.start([5, 6, 7, 8, 9])
     drafter.advance([5, 6])  # "5 6" occurred in the prompt: its run comes from there
     lookup = drafter.lookup(3)
@@ -325,12 +334,12 @@ def test_a_copys_far_positions_lean_on_what_all_its_positions_showed():
 
 def test_lookup_memory_finds_the_last_requests_answer_which_the_new_prompt_lacks():
     prefix, answer = list(range(100, 160)), list(range(500, 540))
-    drafter = NgramDrafter(memory=LookupMemory())
+    drafter = PromptLookup(memory=LookupMemory())
     drafter.start(prefix)
     drafter.advance(answer)
     drafter.start(prefix + answer[:3])  # an autocomplete after the user typed the first three tokens of the last completion
     assert drafter.lookup(8) == Lookup(answer[3:11], MATCH_CAP)  # found in the memory alone (see below)
-    forgetful = NgramDrafter()
+    forgetful = PromptLookup()
     forgetful.start(prefix)
     forgetful.advance(answer)
     forgetful.start(prefix + answer[:3])
@@ -351,7 +360,7 @@ def test_lookup_memory_keeps_what_is_new_bounded_and_never_copies_across_texts()
     for start in range(1000, 5000, 100):
         memory.remember(list(range(start, start + 100)))
     assert len(memory.tokens) <= 400 and memory.tokens[-100:] == list(range(4900, 5000))  # the oldest half dropped
-    drafter = NgramDrafter(memory=LookupMemory())
+    drafter = PromptLookup(memory=LookupMemory())
     drafter.memory.remember([1, 2, 3])  # type: ignore[union-attr]
     drafter.start([9, 2, 3])
     assert drafter.lookup(4) == Lookup()  # (2, 3) ends the remembered text: nothing follows it there
@@ -362,7 +371,7 @@ def test_lookup_across_requests_is_lossless_and_drafts_the_answer_a_request_gave
     with Engine(EngineConfig(tiny["target"])) as engine:
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=60))
-        for drafter in (NgramDrafter(memory=LookupMemory()), AutoDrafter(CostTable.given(GPU_LIKE[0]))):
+        for drafter in (NgramDrafter(), AutoDrafter(CostTable.given(GPU_LIKE[0]))):
             decoder = Decoder(engine.target, drafter)
             first = run(decoder, prompt, config)
             again = run(decoder, prompt, config)  # an editor sends the same request again: the answer is only in the memory
@@ -491,7 +500,8 @@ def test_autos_draft_model_reads_the_prompt_only_once_it_drafts(tiny):
         assert not any(label.startswith("model") for label in idle.finished.stats.decisions)
         assert engine.draft.kv_tokens == []  # never asked to draft: the prompt was never decoded into it
         eager = ModelDrafter(engine.draft)
-        eager.start(prompt)
+        eager.begin(0, prompt)
+        eager.read(0, len(prompt))  # the target read the prompt: an eager draft reads along
         assert engine.draft.kv_tokens == prompt[:-1]
 
 
@@ -500,10 +510,10 @@ def test_a_draft_too_slow_for_its_target_is_never_tried(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None
         controller = AutoDrafter(slow_draft, ModelDrafter(engine.draft))
-        controller.start([1, 2, 3])
+        controller.begin(0, [1, 2, 3])
         # Even all accepted, K draft tokens cost 9K + verify(K+1) > 10(K+1): not worth one exploring step.
         for _ in range(600):
-            assert controller.decide(4, Lookup()).source == "none"
+            assert decide(controller, 4, Lookup()).source == "none"
 
 
 def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
@@ -513,11 +523,11 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
         assert engine.draft is not None
         controller = AutoDrafter(CostTable.given(GPU_LIKE[0], GPU_LIKE[1]), ModelDrafter(engine.draft, lazy_start=True))
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
-        controller.start(prompt)
+        controller.begin(0, prompt)
         prior = controller.model_acceptance.rate(0)
-        draft = controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft is never that sure
-        assert controller.last_decision.source == "model" and draft.tokens == []
-        controller.advance([prompt[-1]])  # the target's own token, the only one the step gave
+        draft = controller.propose([Ask(0, 4, 1.0, None, np.random.default_rng(0))])[0]  # p-min 1: the draft is never that sure
+        assert draft.choice is not None and draft.choice.source == "model" and draft.tokens == []
+        controller.accept(0, [prompt[-1]])  # the target's own token, the only one the step gave
         assert controller.model_acceptance.rate(0) < prior
 
 
@@ -542,16 +552,16 @@ def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_
         for _ in range(40):
             controller.model_acceptance.observe(8, 8)
         prompt = chat_prompt_tokens(engine.target, [Message("user", "a haiku about autumn")])
-        controller.start(prompt)
+        controller.begin(0, prompt)
         sure = target_row(engine.target.n_vocab, sure=True)  # the target as sure as on the code: the same class of text
-        controller.observe_target(sure)
+        controller.observe_target(0, sure)
         assert controller.model_acceptance.rate(0) > 0.85  # still believed, and asked first
         asks = []
         for _ in range(16):
-            controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft is never that sure
-            asks.append(controller.last_decision.source == "model")
-            controller.advance([prompt[-1]])
-            controller.observe_target(sure)
+            draft = controller.propose([Ask(0, 4, 1.0, None, np.random.default_rng(0))])[0]  # p-min 1: the draft is never that sure
+            asks.append(draft.choice is not None and draft.choice.source == "model")
+            controller.accept(0, [prompt[-1]])
+            controller.observe_target(0, sure)
         assert asks[0] and sum(asks) <= 4, asks  # carried at full weight, it was asked 6 times and more
 
 
@@ -563,24 +573,24 @@ def test_autos_draft_acceptance_is_learned_per_class_of_the_targets_confidence(t
         assert engine.draft is not None
         controller = AutoDrafter(CostTable.given(*GPU_LIKE), ModelDrafter(engine.draft, lazy_start=True))
         prompt = [1, 2, 3]  # no token repeats: no lookup run, so every ask is the draft model's alone
-        controller.start(prompt)
+        controller.begin(0, prompt)
         sure, unsure = (target_row(engine.target.n_vocab, flag) for flag in (True, False))
         for _ in range(4):
-            controller.observe_target(unsure)
+            controller.observe_target(0, unsure)
         unsure_prior = controller.model_acceptance.rate(0)
         for _ in range(4):
-            controller.observe_target(sure)
+            controller.observe_target(0, sure)
         for _ in range(30):
             controller.model_acceptance.observe(8, 8)
         sure_rate = controller.model_acceptance.rate(0)
         for token in range(10, 16):
-            controller.propose(4, 1.0, None, np.random.default_rng(0))  # p-min 1: the draft offers nothing
-            assert controller.last_decision.source == "model"
-            controller.advance([token])  # the target's own token, a new one each time: still no lookup run
-            controller.observe_target(sure)
+            draft = controller.propose([Ask(0, 4, 1.0, None, np.random.default_rng(0))])[0]  # p-min 1: the draft offers nothing
+            assert draft.choice is not None and draft.choice.source == "model"
+            controller.accept(0, [token])  # the target's own token, a new one each time: still no lookup run
+            controller.observe_target(0, sure)
         assert controller.model_acceptance.rate(0) < sure_rate
         for _ in range(4):
-            controller.observe_target(unsure)
+            controller.observe_target(0, unsure)
         assert controller.model_acceptance.rate(0) == unsure_prior  # neither the right nor the silent asks taught it
 
 
@@ -595,11 +605,11 @@ def test_a_losing_draft_is_not_tried_where_the_target_is_too_unsure_for_it_to_pa
         chosen = {}
         for name, costs in (("cpu", q8_0_on_2_cores), ("gpu", CostTable.given(*GPU_LIKE))):
             controller = AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))
-            controller.start([1, 2, 3])
-            controller.observe_target(unsure)
+            controller.begin(0, [1, 2, 3])
+            controller.observe_target(0, unsure)
             for _ in range(30):  # the draft losing where the target is unsure, often enough that only a try would ask it
                 controller.model_acceptance.observe(1, 0)
-            chosen[name] = controller.decide(8, Lookup()).source  # the first try is free: only hope decides
+            chosen[name] = decide(controller, 8, Lookup()).source  # the first try is free: only hope decides
         assert chosen == {"cpu": "none", "gpu": "model"}
 
 
@@ -608,7 +618,7 @@ def test_the_decode_loop_shows_auto_how_sure_the_target_is(tiny):
         assert engine.draft is not None
         controller = AutoDrafter(CostTable.given(GPU_LIKE[0], GPU_LIKE[1]), ModelDrafter(engine.draft, lazy_start=True))
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
-        controller.start(prompt)
+        controller.begin(0, prompt)
         assert controller.confidence.value is None
         run(Decoder(engine.target, controller), prompt, GenerationConfig(max_tokens=12, draft_max=4))
         assert controller.confidence.value is not None and 0.0 < controller.confidence.value <= 1.0
@@ -618,14 +628,14 @@ def test_auto_continues_a_short_sure_lookup_run_with_the_draft_model(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None
         controller = AutoDrafter(CostTable.given(GPU_LIKE[0], GPU_LIKE[1]), ModelDrafter(engine.draft, lazy_start=True))
-        controller.start([1, 2, 3])
+        controller.begin(0, [1, 2, 3])
         for _ in range(40):  # both have been right: copies that agree this far, and the draft model
             controller.lookup_acceptance.observe(20, 8, 8)
             controller.model_acceptance.observe(8, 8)
-        short = controller.decide(8, Lookup([11, 12, 13], 20))  # the copy's source ends after three tokens
+        short = decide(controller, 8, Lookup([11, 12, 13], 20))  # the copy's source ends after three tokens
         assert (short.source, short.lookup_k, short.k, short.label) == ("hybrid", 3, 8, "hybrid K=3+5")
-        assert controller.decide(8, Lookup(list(range(11, 19)), 20)).source == "ngram"  # a full run: lookup alone, free
-        assert controller.decide(8, Lookup()).source == "model"  # no run: the model alone
+        assert decide(controller, 8, Lookup(list(range(11, 19)), 20)).source == "ngram"  # a full run: lookup alone, free
+        assert decide(controller, 8, Lookup()).source == "model"  # no run: the model alone
 
 
 def test_autos_hybrid_steps_are_lossless_on_tiny_models(tiny):
@@ -634,7 +644,7 @@ def test_autos_hybrid_steps_are_lossless_on_tiny_models(tiny):
         prompt = chat_prompt_tokens(engine.target, [Message("user", REPEATING)])
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=80))
         costs = CostTable.given(GPU_LIKE[0], GPU_LIKE[1])
-        decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
+        decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), lookups=Lookups(remember=False)))
         hybrid = run(decoder, prompt, GenerationConfig(max_tokens=80, draft_max=8, draft_p_min=0.0))
     assert_lossless(plain, hybrid, label="hybrid inside auto")
     steps = hybrid.finished.stats.decisions
@@ -647,15 +657,15 @@ CPU_VERIFY_MS = {1: 46.0, 2: 78.0, 3: 110.0, 4: 135.0, 5: 147.0, 6: 180.0, 8: 31
 
 def replay(controller: AutoDrafter, prompt: list[int], answer: list[int], k_cap: int = 8) -> list[tuple[int, int]]:
     """Drive the controller as the decode loop does, with `answer` as the target's text: (K, accepted) per step."""
-    controller.start(prompt)
+    controller.begin(0, prompt)
     steps, position, rng = [], 0, np.random.default_rng(0)
     while position < len(answer):
-        draft = controller.propose(k_cap, 0.0, None, rng)
+        draft = controller.propose([Ask(0, k_cap, 0.0, None, rng)])[0]
         accepted = 0
         while accepted < len(draft.tokens) and position + accepted < len(answer) and draft.tokens[accepted] == answer[position + accepted]:
             accepted += 1
-        controller.advance(answer[position : position + accepted + 1])
-        controller.observe_step(len(draft.tokens) + 1, CPU_VERIFY_MS.get(len(draft.tokens) + 1, 400.0))
+        controller.accept(0, answer[position : position + accepted + 1])
+        controller.observe_step(len(draft.tokens) + 1, CPU_VERIFY_MS.get(len(draft.tokens) + 1, 400.0), 0.0)
         steps.append((len(draft.tokens), accepted))
         position += accepted + 1
     return steps
@@ -823,16 +833,16 @@ def test_every_draft_pass_teaches_autos_draft_cost_what_it_took(tiny, monkeypatc
         controller = AutoDrafter(costs, model)
         prompt = chat_prompt_tokens(engine.target, [Message("user", "Tell me a story.")])
         asked: list[tuple[int, int]] = []  # (tokens the draft had to read, ns the ask took)
-        ask = model.continue_after
+        ask = model.draft
 
         def recorded(*args, **kwargs):
-            pending, start = model.pending_tokens, clock[0]
+            pending, start = model.pending_tokens(0), clock[0]
             try:
                 return ask(*args, **kwargs)
             finally:
                 asked.append((pending, clock[0] - start))
 
-        model.continue_after = recorded  # type: ignore[method-assign]
+        model.draft = recorded  # type: ignore[method-assign]
         run(Decoder(engine.target, controller), prompt, GenerationConfig(max_tokens=30, draft_max=1, draft_p_min=1e-9))
     assert len(costs.draft_lessons) == len(asked) >= 5  # one pass per ask, and each one taught...
     for (n, lesson), (pending, ns) in zip(costs.draft_lessons, asked):
@@ -853,9 +863,9 @@ def test_auto_prices_a_catch_up_by_the_drafts_own_batches_spread_over_the_steps_
         for name, sixteen in (("cheap", 1.5), ("resumable", 12.0), ("dear", 120.0)):
             controller = AutoDrafter(CostTable(PassCosts(dict(verify)), PassCosts({1: 1.0, 16: sixteen}), fixed=True),
                                      ModelDrafter(engine.draft, lazy_start=True))
-            controller.start(list(range(1, 17)))  # sixteen tokens the draft has yet to read
-            assert controller.model is not None and controller.model.pending_tokens == 16
-            choices[name] = controller.decide(1, Lookup()).source
+            controller.begin(0, list(range(1, 17)))  # sixteen tokens the draft has yet to read
+            assert controller.model is not None and controller.model.pending_tokens(0) == 16
+            choices[name] = decide(controller, 1, Lookup()).source
     assert choices == {"cheap": "model", "resumable": "model", "dear": "none"}
 
 
@@ -875,11 +885,11 @@ def test_a_catch_up_is_spread_over_the_asks_that_resumes_have_bought(tiny):
                 controller.resume_runs.asked(missed=40)  # a resume after a long stretch the draft did not draft...
                 for _ in range(asks_per_resume - 1):
                     controller.resume_runs.asked(missed=2)  # ...then asks with a token or two to read
-            controller.start(list(range(1, 17)))  # a new answer: sixteen tokens the draft has yet to read...
+            controller.begin(0, list(range(1, 17)))  # a new answer: sixteen tokens the draft has yet to read...
             for _ in range(10):
                 controller.resume_runs.step(copied=False)  # ...where lookup has taken no step
             spreads[name] = controller.resume_runs.expected
-            decisions[name] = controller.decide(1, Lookup()).source
+            decisions[name] = decide(controller, 1, Lookup()).source
     assert spreads["editing code"] < 2 < 15 < spreads["writing code"]
     assert decisions == {"writing code": "model", "editing code": "none"}
 

@@ -10,6 +10,7 @@ import pytest
 
 from localspec.engine import prompt_passes
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
+from localspec.engine.drafters.base import Ask
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenSource
@@ -229,15 +230,15 @@ def test_draft_catches_up_after_many_plain_steps(tiny):
     with Model(tiny["near"]) as model:
         drafter = ModelDrafter(model)
         prompt = raw_prompt_tokens(model, "hello")
-        drafter.start(prompt)
+        drafter.begin(0, prompt)
         settled = list(prompt)
         rng = np.random.default_rng(0)
         for i in range(model.n_batch + 100):
-            assert drafter.propose(0, 0.0, None, rng).tokens == []
+            assert drafter.propose([Ask(0, 0, 0.0, None, rng)])[0].tokens == []
             token = 10 + i % 200
-            drafter.advance([token])
+            drafter.accept(0, [token])
             settled.append(token)
-        draft = drafter.propose(3, 0.0, None, rng)
+        draft = drafter.propose([Ask(0, 3, 0.0, None, rng)])[0]
         assert len(draft.tokens) == 3
         assert model.kv_tokens == settled + draft.tokens[:2]
 
@@ -254,15 +255,17 @@ def test_vetting_after_more_than_a_batch_of_pending_tokens_keeps_its_rows_aligne
     with Model(tiny["target"]) as wide, Model(tiny["target"], ModelConfig(n_batch=8)) as narrow:
         prompt = raw_prompt_tokens(wide, "hello there")
         reference = ModelDrafter(wide)
-        reference.start(prompt)
-        reference.advance(settled_later)
-        proposal = reference.propose(5, 0.0, None, np.random.default_rng(0)).tokens  # what the draft itself would say
+        reference.begin(0, prompt)
+        reference.read(0, len(prompt))  # as the target reads the prompt
+        reference.accept(0, settled_later)
+        proposal = reference.propose([Ask(0, 5, 0.0, None, np.random.default_rng(0))])[0].tokens  # what the draft itself would say
         assert len(proposal) == 5
         vetting = ModelDrafter(narrow)
-        vetting.start(prompt)
-        vetting.advance(settled_later)
-        assert vetting.pending_tokens + len(proposal) - 1 == 17 and narrow.n_batch == 8
-        assert vetting.agreed_prefix(proposal) == len(proposal)
+        vetting.begin(0, prompt)
+        vetting.read(0, len(prompt))
+        vetting.accept(0, settled_later)
+        assert vetting.pending_tokens(0) + len(proposal) - 1 == 17 and narrow.n_batch == 8
+        assert vetting.agreed_prefix(0, proposal) == len(proposal)
         assert narrow.kv_tokens == [*prompt, *settled_later, *proposal[:-1]]
 
 

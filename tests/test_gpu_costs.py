@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from localspec.engine import tuning
-from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto import costs as costs_module
@@ -120,10 +119,10 @@ def batch_rate(tiny: dict[str, Path], draft: str, drafter: str, k: int, n_slots:
         assert engine.draft is not None
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         plain = run(Decoder(engine.target), prompt, GenerationConfig(max_tokens=TOKENS))
-        scheduler = BatchScheduler(engine.target, engine.draft, n_slots, h200())
+        scheduler = engine.batch(n_slots, h200())
         config = GenerationConfig(max_tokens=TOKENS, draft_max=k, draft_p_min=0.0)
         with ledger({"target": engine.target, "draft": engine.draft}, h200()) as spent:
-            runs = [collected.run for collected in run_batch(scheduler, [(prompt, config, drafter)] * n_slots)]
+            runs = [collected.run for collected in run_batch(scheduler, [(prompt, config, engine.drafter(drafter))] * n_slots)]
     for result in runs:
         assert_lossless(plain, result, label=drafter)
     return sum(len(result.tokens) for result in runs) / sum(spent), runs

@@ -16,7 +16,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.draft_model import ModelDrafter
-from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
+from localspec.engine.drafters.ngram import Lookups, PromptLookup
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.sampling import SamplingParams
@@ -86,11 +86,11 @@ def test_autos_hybrid_steps_and_lookup_across_requests_are_lossless_on_the_real_
     plain = run(engine.plain, prompt, GenerationConfig(max_tokens=MAX_TOKENS))
     auto = engine.decoder("auto").drafter
     assert isinstance(auto, AutoDrafter)
-    hybrid = Decoder(engine.target, AlwaysHybrid(auto.costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
+    hybrid = Decoder(engine.target, AlwaysHybrid(auto.costs, ModelDrafter(engine.draft, lazy_start=True), lookups=Lookups(remember=False)))
     out = run(hybrid, prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))
     assert any(label.startswith("hybrid K=") for label in out.finished.stats.decisions)
     assert_the_targets_output(plain, out)
-    remembering = Decoder(engine.target, AutoDrafter(auto.costs, ngram=NgramDrafter(memory=LookupMemory())))
+    remembering = Decoder(engine.target, AutoDrafter(auto.costs, lookups=Lookups()))
     first = run(remembering, prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))
     again = run(remembering, prompt, GenerationConfig(max_tokens=MAX_TOKENS, draft_max=8))  # the answer is in the memory now
     assert_the_targets_output(plain, first)
@@ -114,7 +114,7 @@ def test_a_rename_in_real_tokens_is_drafted_after_its_first_use(engine):
     lookup drafts `count` wherever the source says `x`, so every later step's offer is the answer's next token."""
     tokenize = lambda text: engine.target.vocab.tokenize(text, add_special=False)  # noqa: E731
     answer = tokenize(SOURCE.replace(" x", " count"))
-    drafter = NgramDrafter()
+    drafter = PromptLookup()
     drafter.start(prompt_for(engine, "Rename x to count:\n\n" + SOURCE))
     missed = []
     for position, token in enumerate(answer):

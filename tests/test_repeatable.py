@@ -28,7 +28,7 @@ class FirstRow(NoDrafter):
     def __init__(self) -> None:
         self.rows: list[np.ndarray] = []
 
-    def observe_target(self, row: np.ndarray) -> None:
+    def observe_target(self, seq: int, row: np.ndarray) -> None:
         if not self.rows:
             self.rows.append(np.array(row))  # a copy: the logits buffer is llama.cpp's, and the next pass writes over it
 

@@ -118,6 +118,8 @@ ASYNC_PASSES = (  # the scheduler at one slot over RPC, every target pass timed 
     "from localspec.machine import rpc\n"
     "from localspec.engine.batch.scheduler import BatchScheduler\n"
     "from localspec.engine.chat import Message, chat_prompt_tokens\n"
+    "from localspec.engine.drafters.auto.controller import AutoDrafter\n"
+    "from localspec.engine.drafters.auto.costs import calibrate\n"
     "from localspec.engine.generation_config import GenerationConfig\n"
     "from localspec.engine.llama.model import Model, ModelConfig\n"
     "from tests.batch_runs import run_batch\n"
@@ -132,10 +134,10 @@ ASYNC_PASSES = (  # the scheduler at one slot over RPC, every target pass timed 
     "        passes.append((len(entries), time.perf_counter_ns() - start, model.decode_ns - ns))\n"
     "        return rows\n"
     "    model._decode_entries = timed\n"
-    "    scheduler = BatchScheduler(model, None, 1)  # times its costs for real\n"
+    "    auto = AutoDrafter(calibrate(model, None))  # times its costs for real\n"
     "    prompt = chat_prompt_tokens(model, [Message('user', 'Write a haiku about rain.')])\n"
-    "    [done] = run_batch(scheduler, [(prompt, GenerationConfig(max_tokens=12), 'auto')])\n"
-    "    print(json.dumps({'passes': passes, 'learned': scheduler.planner.costs.verify(1), 'overhead_ms': scheduler.planner.overhead_ms,\n"
+    "    [done] = run_batch(BatchScheduler.alone(model), [(prompt, GenerationConfig(max_tokens=12), auto)])\n"
+    "    print(json.dumps({'passes': passes, 'learned': auto.planner.costs.verify(1), 'overhead_ms': auto.planner.overhead_ms,\n"
     "                      'stats': done.run.finished.stats.to_dict()}))\n"
 )
 

@@ -17,7 +17,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.draft_model import ModelDrafter
-from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
+from localspec.engine.drafters.ngram import Lookups, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
@@ -160,7 +160,6 @@ def test_a_seed_gives_plain_samplings_answer_whatever_auto_chose(setup):
     """auto's choices follow its costs and timing (here: costs that make the draft model win, and costs where it
     never does), in one sequence and as a slot of the scheduler; its drafts are greedy and judged one draw a position,
     so the same seed writes plain sampling's answer in every case."""
-    from localspec.engine.batch.scheduler import BatchScheduler
     from localspec.engine.drafters.auto.controller import AutoDrafter
     from tests.batch_runs import run_batch
 
@@ -179,9 +178,9 @@ def test_a_seed_gives_plain_samplings_answer_whatever_auto_chose(setup):
             asked += sum(n for label, n in result.finished.stats.decisions.items() if label.startswith(("model", "hybrid")))
         assert all(answer == answers[0] for answer in answers), (seed, answers)
     assert asked > 0
-    scheduler = BatchScheduler(engine.target, engine.draft, 2, cheap_draft)
+    scheduler = engine.batch(2, cheap_draft)
     configs = [GenerationConfig(max_tokens=30, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=4, draft_p_min=0.0) for seed in (3, 4)]
-    batched = run_batch(scheduler, [(prompt, config, "auto") for config in configs])
+    batched = run_batch(scheduler, [(prompt, config, engine.drafter("auto")) for config in configs])
     engine.target.clear_cache()  # the scheduler's slots held cells the one-sequence wrapper does not track
     assert engine.draft is not None
     engine.draft.clear_cache()
@@ -213,7 +212,7 @@ def test_greedy_confidence_matches_the_full_softmax():
 def test_lookup_across_requests_keeps_the_target_distribution(setup):
     """The prompt holds no repeat, so every draft comes from the memory of the earlier samples' answers."""
     engine, prompt, expected = setup
-    samples, drafted = sample_with_drafts(Decoder(engine.target, NgramDrafter(memory=LookupMemory())), prompt, "speculative", draft_max=3)
+    samples, drafted = sample_with_drafts(Decoder(engine.target, NgramDrafter()), prompt, "speculative", draft_max=3)
     assert drafted > N_SEEDS
     assert fit_p_value(samples, expected) > SIGNIFICANCE
 
@@ -225,7 +224,7 @@ def test_autos_hybrid_steps_keep_the_target_distribution(setup):
     prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
     expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
     costs = CostTable.given({1: 20.0, 2: 20.5, 4: 21.0, 8: 22.0}, 1.0)
-    decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), ngram=NgramDrafter()))
+    decoder = Decoder(engine.target, AlwaysHybrid(costs, ModelDrafter(engine.draft, lazy_start=True), lookups=Lookups(remember=False)))
     samples, drafted = sample_with_drafts(decoder, prompt, "speculative", draft_max=3)
     assert drafted > N_SEEDS
     assert fit_p_value(samples, expected) > SIGNIFICANCE

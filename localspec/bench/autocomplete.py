@@ -33,7 +33,7 @@ from localspec.engine import defaults
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.draft_model import ModelDrafter
-from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import Lookups
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
@@ -138,7 +138,7 @@ def _decoders(engine: Engine) -> dict[str, Decoder]:
     assert costs is not None  # auto measures its costs
     # The one difference: lookup without a memory sees each request's own text only. One cost table, measured once.
     model = ModelDrafter(engine.draft, lazy_start=True) if engine.draft is not None else None
-    forgetful = AutoDrafter(costs, model, ngram=NgramDrafter())
+    forgetful = AutoDrafter(costs, model, lookups=Lookups(remember=False))
     return {"plain": engine.plain, "auto": auto, "auto, no memory": Decoder(engine.target, forgetful)}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import PromptLookup
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Ceiling:
 
 
 def lookup_ceiling(prompt: Sequence[int], answer: Sequence[int], verify_ms: Callable[[int], float], k_cap: int) -> Ceiling:
-    drafter = NgramDrafter()
+    drafter = PromptLookup()
     drafter.start(prompt)
     position, spent = 0, 0.0
     while position < len(answer):

@@ -1,8 +1,7 @@
 """One sequence's generations with one drafter: the batch scheduler with one slot.
 
 There is one decode loop (engine/batch/scheduler.py); a Decoder runs it with a
-single slot that its drafter object drafts for (batch/solo.py), on sequence 0
-of the target's cache, so what one generation leaves there (its prompt and
+single slot (its step: batch/solo.py), on sequence 0 of the target's cache, so what one generation leaves there (its prompt and
 answer) is the next one's prompt cache. Plain decoding is the same loop with a
 drafter that proposes nothing, so the baseline and speculation share every line
 of bookkeeping and every statistic.
@@ -34,8 +33,7 @@ class Decoder:
         refused (PromptTooLongError) before anything is decoded."""
         events: list[TokenEvent | Finished] = []
         failures: list[BaseException] = []
-        slot = self._loop.add(SlotRequest(prompt, config, self.drafter.name, events.append, failures.append,
-                                          cancel or threading.Event(), solo=self.drafter))
+        slot = self._loop.add(SlotRequest(prompt, config, self.drafter, events.append, failures.append, cancel or threading.Event()))
         try:
             while slot.busy:
                 self._loop.step()

@@ -1,8 +1,9 @@
 """A loaded pair, ready to generate: what the CLI, the bench and the app hold on to.
 
-Loading checks the pair before anything is generated, and every decoder (plain
-decoding and each drafter) shares the same loaded target, so they can be
-interleaved and compared on one set of weights.
+Loading checks the pair before anything is generated, and every drafter (plain
+decoding included) shares the same loaded target, so they can be interleaved
+and compared on one set of weights. Each drafter is built once and kept, with
+what it learns; the same object drafts for one slot or for a batch of them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from localspec.engine import defaults
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
+from localspec.engine.drafters.auto.costs import CostTable, calibrate
+from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.self_draft import cached_self_draft
 from localspec.engine.errors import EngineError, LoadCancelled
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.pair_check import check_pair
+from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
 
 @dataclass(frozen=True)
@@ -62,30 +66,47 @@ class Engine:
         except BaseException:
             self.close()
             raise
-        self.plain = Decoder(self.target)
-        self._decoders: dict[str, Decoder] = {"none": self.plain}
+        self.batch_costs: CostTable | None = None  # the slots' shared costs, once batch() opened several
+        self._n_slots = 1
+        self._drafters: dict[str, Drafter] = {}
+        self._decoders: dict[str, Decoder] = {}
+        self.plain = self.decoder("none")
 
     @property
     def speculative(self) -> Decoder:
         """The draft model's decoder (plain decoding when no draft model was loaded)."""
         return self.decoder("model") if self.draft is not None else self.plain
 
+    def drafter(self, name: str) -> Drafter:
+        """By name (the registry's); each is made on first use and kept, learned costs included."""
+        if name not in self._drafters:
+            spec = registry.spec(name)
+            self.target.ensure_sequences(max(spec.target_sequences, self._n_slots))
+            self._drafters[name] = spec.build(self)
+        return self._drafters[name]
+
     def decoder(self, drafter: str) -> Decoder:
-        """By drafter name (the registry's); each is made on first use and kept, learned costs included."""
+        """One sequence's generations with the named drafter (kept, as the drafter is)."""
         if drafter not in self._decoders:
-            spec = registry.spec(drafter)
-            self.target.ensure_sequences(spec.target_sequences)
-            self._decoders[drafter] = Decoder(self.target, spec.build(self))
+            self._decoders[drafter] = Decoder(self.target, self.drafter(drafter))
         return self._decoders[drafter]
 
-    def batch(self, n_slots: int) -> BatchScheduler:
+    def batch(self, n_slots: int, costs: CostTable | None = None) -> BatchScheduler:
         """Several generations at once (a server's slots) on this pair. The caches reopen with a sequence per slot,
-        empty, and the target's batch costs are timed: the one-sequence decoders are not to be used after this."""
+        empty, and the batch costs are timed (unless given): the drafters are made anew for the slots, and the
+        one-sequence decoders are not to be used after this."""
+        self._drafters.clear()
         self._decoders.clear()
-        return BatchScheduler(self.target, self.draft, n_slots)
+        self._n_slots = n_slots
+        for model in (self.draft, self._self_draft):
+            if model is not None:
+                model.ensure_sequences(n_slots)
+                model.clear_cache()
+        self.batch_costs = costs or calibrate(self.target, self.draft, BATCH_CALIBRATION_SIZES)
+        return BatchScheduler(self.target, n_slots, self.batch_costs)
 
     def alone(self) -> BatchScheduler:
-        """The decode loop with one slot over the target's cache as it stands, each request drafted by its drafter's own
+        """The decode loop with one slot over the target's cache as it stands, each request drafted by its drafter's
         object (the decoders'): a server's single slot, which runs every drafter."""
         return BatchScheduler.alone(self.target)
 
@@ -110,6 +131,7 @@ class Engine:
                                  devices=self.config.target_devices)
             self._self_draft = Model(made.path, config, role="self-draft")
             check_pair(self.target.vocab, self._self_draft.vocab)
+            self._self_draft.ensure_sequences(self._n_slots)
         return self._self_draft
 
     @staticmethod

@@ -2,9 +2,10 @@
 
 Jobs queue in arrival order; whenever a slot is free the next job takes it (its
 prompt built and checked on this thread, beside the engine), and joins the batch
-at the next step. With one slot every drafter runs, each request drafted by its
-drafter's own object (the engine's, which keeps what it learns); with several,
-those that run in a batch (the registry's batch_role). Every llama.cpp call
+at the next step. Each request is drafted by its drafter's object (the
+engine's, which keeps what it learns, and serves every slot running it); one
+slot runs every drafter, several those that run in a batch (the registry's
+`batchable`). Every llama.cpp call
 stays on this one thread; a handler hears its job's events through the job's
 queue, and a client that leaves sets the job's cancel event, which frees its
 slot at the next step.
@@ -102,17 +103,16 @@ class BatchWorker:
         try:
             prompt, thinking_open = work.prompt(work.engine.target)
             scheduler.check_fits(prompt)
-            alone = len(scheduler.slots) == 1
-            if not alone:
+            if len(scheduler.slots) > 1:
                 refuse_unbatchable(work.drafter)
-            solo = work.engine.decoder(work.drafter).drafter if alone else None
+            drafter = work.engine.drafter(work.drafter)
         except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
             job.put(JobFailed(exc))
             job.put(END)
             return
         config = replace(work.config, max_tokens=0) if work.warm_only else work.config
         try:
-            slot = scheduler.add(SlotRequest(prompt, config, work.drafter, _emitter(job, work), _failer(job), job.cancel, solo))
+            slot = scheduler.add(SlotRequest(prompt, config, drafter, _emitter(job, work), _failer(job), job.cancel))
         except Exception as exc:  # noqa: BLE001 (reported to the client; the server goes on)
             job.put(JobFailed(exc))
             job.put(END)

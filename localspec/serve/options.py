@@ -55,7 +55,7 @@ def check_parallel(options: ServeOptions) -> None:
 def refuse_unbatchable(drafter: str) -> None:
     """A UsageError, in the registry's words, for a drafter several slots cannot run together (at start, per request)."""
     try:
-        registry.batch_role(drafter)
+        registry.check_batchable(drafter)
     except EngineError as exc:
         raise UsageError(str(exc)) from None
 

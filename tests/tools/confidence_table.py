@@ -21,7 +21,7 @@ from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
 from localspec.engine.defaults import DRAFT_P_MIN
 from localspec.engine.drafters.auto.agreement import match_class
-from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import PromptLookup
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.tuning import CLASS_EDGES, CONFIDENCE_DECAY
 
@@ -59,7 +59,7 @@ def main() -> None:
     for prompt_id, answer in answers.items():
         _, sure = best_and_probability(target, prompts[prompt_id], answer)
         draft_best, draft_sure = best_and_probability(draft, prompts[prompt_id], answer)
-        lookup = NgramDrafter()
+        lookup = PromptLookup()
         lookup.start(prompts[prompt_id])
         decayed: float | None = None
         for position, token in enumerate(answer):

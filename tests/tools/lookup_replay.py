@@ -30,6 +30,7 @@ from localspec.engine.chat import chat_prompt_tokens
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.base import Ask
 from localspec.engine.llama.model import Model, ModelConfig
 from tests.tools.confidence_table import best_and_probability
 
@@ -66,20 +67,20 @@ def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int], sure
     `sure` is the target's probability of its own best token at each answer position, which auto hears as the decode
     loop tells it: the prompt's row gives the first token (no step), each step's first verify row the next."""
     auto.forget_requests()
-    auto.start(prompt)
-    auto.advance(answer[:1])
+    auto.begin(0, prompt)
+    auto.accept(0, answer[:1])
     auto.confidence.observe_probability(sure[0])
     position, spent, steps, rng = 1, 0.0, [], np.random.default_rng(0)
     while position < len(answer):
         match = auto.ngram.lookup(K_CAP).match_length
-        run = auto.propose(K_CAP, 0.0, None, rng).tokens
+        run = auto.propose([Ask(0, K_CAP, 0.0, None, rng)])[0].tokens
         accepted = 0  # the step's last token is always the target's own
         while accepted < len(run) and position + accepted + 1 < len(answer) and run[accepted] == answer[position + accepted]:
             accepted += 1
         spent += auto.costs.verify(len(run) + 1)
         auto.confidence.observe_probability(sure[position])
         steps.append(f"{match}:{len(run)}/{accepted}")
-        auto.advance(answer[position : position + accepted + 1])
+        auto.accept(0, answer[position : position + accepted + 1])
         position += accepted + 1
     return (len(answer) - 1) * auto.costs.verify(1) / spent, steps
 

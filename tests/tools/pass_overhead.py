@@ -18,6 +18,7 @@ from localspec.engine.batch.slot import SlotRequest
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.drafters.base import NoDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished
 from localspec.engine.generation_config import GenerationConfig
@@ -32,7 +33,7 @@ ROUNDS = 5
 def scheduled(scheduler: BatchScheduler, prompt: list[int], config: GenerationConfig, slots: int) -> GenerationStats:
     done: list[Finished] = []
     for _ in range(slots):
-        scheduler.add(SlotRequest(prompt, config, "none", lambda event: done.append(event) if isinstance(event, Finished) else None,
+        scheduler.add(SlotRequest(prompt, config, NoDrafter(), lambda event: done.append(event) if isinstance(event, Finished) else None,
                                   lambda _error: None, threading.Event()))
     while scheduler.busy:
         scheduler.step()
@@ -49,7 +50,7 @@ def measure(path: Path, tokens: int) -> None:
             one.append(next(e for e in Decoder(engine.target).generate(prompt, config) if isinstance(e, Finished)).stats.python_ms_per_step)
         print(f"{path.name}: one sequence {statistics.median(one):.4f} ms/pass ({', '.join(f'{v:.4f}' for v in one)})")
         for slots in (1, 4):
-            runs = [scheduled(BatchScheduler(engine.target, None, slots, COSTS), prompt, config, slots).python_ms_per_step for _ in range(ROUNDS)]
+            runs = [scheduled(BatchScheduler(engine.target, slots, COSTS), prompt, config, slots).python_ms_per_step for _ in range(ROUNDS)]
             print(f"{path.name}: scheduler, {slots} slot{'s' if slots > 1 else ''} {statistics.median(runs):.4f} ms/pass "
                   f"({', '.join(f'{v:.4f}' for v in runs)})")
 

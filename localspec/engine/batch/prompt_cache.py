@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 from localspec.engine import prompt_passes
 from localspec.engine.batch.slot import Slot
-from localspec.engine.tokens import common_prefix
 from localspec.engine.tuning import REUSE_SHARE
 
 
@@ -41,11 +40,6 @@ def take_prefix(slots: Sequence[Slot], slot: Slot, prompt: list[int]) -> int:
         slot.target.share_cells(donor.seq, slot.seq, lent)
     else:
         cut(slot, own)
-    if slot.draft is not None:
-        lent_draft = common_prefix(donor.draft_cached, tokens)
-        if lent_draft > common_prefix(slot.draft_cached, tokens):
-            slot.draft.forget(slot.seq)
-            slot.draft.share_cells(donor.seq, slot.seq, lent_draft)
     return max(own, lent)
 
 

@@ -27,20 +27,16 @@ import numpy as np
 from localspec.engine import prompt_passes
 from localspec.engine.answer import closing_events, emitted_tokens, first_token, judge, top2_margins
 from localspec.engine.batch import prompt_cache
-from localspec.engine.batch.drafting import BatchDraftModel, DraftOrder
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.batch.solo import solo_step
 from localspec.engine.drafters import registry
-from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
-from localspec.engine.drafters.auto.planner import Planner, SlotOptions
-from localspec.engine.drafters.base import Draft, Drafter, one_hot
-from localspec.engine.drafters.ngram import Lookup
+from localspec.engine.drafters.base import Ask, Draft, Drafter
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
-from localspec.engine.sampling import SamplingParams, make_rng
+from localspec.engine.sampling import make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.tokens import common_prefix
@@ -50,35 +46,31 @@ from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 @dataclass
 class _Step:
     slot: Slot
-    choice: Choice
+    drafter: Drafter
     draft: Draft
     pos0: int = 0  # the slot's cells before the pass: its [last, *draft] go from here
 
 
 class BatchScheduler:
-    def __init__(self, target: Model, draft: Model | None, n_slots: int, costs: CostTable | None = None, keep_cache: bool = False) -> None:
-        """`keep_cache`: start from what the target's cache holds (one slot, as a one-sequence Decoder does), not empty."""
+    def __init__(self, target: Model, n_slots: int, costs: CostTable | None = None, keep_cache: bool = False) -> None:
+        """`costs`: the target's pass costs, which size the prompt chunks riding beside the slots generating (timed here
+        when not given and several slots can meet in a pass); `keep_cache`: start from what the target's cache holds
+        (one slot, as a one-sequence Decoder does), not empty."""
         if n_slots < 1:
             raise ValueError("a batch needs at least one slot")
-        costs = costs or calibrate(target, draft, BATCH_CALIBRATION_SIZES)
         target.ensure_sequences(n_slots)
         if not keep_cache:
             target.clear_cache()
-        if draft is not None:
-            draft.ensure_sequences(n_slots)
-            draft.clear_cache()
         self.target = target
-        self.drafting = BatchDraftModel(draft) if draft is not None else None
-        self.slots = [Slot(seq, target, draft) for seq in range(n_slots)]
+        self.costs = costs or (calibrate(target, None, BATCH_CALIBRATION_SIZES) if n_slots > 1 else CostTable())
+        self.slots = [Slot(seq, target) for seq in range(n_slots)]
         self.share = target.n_ctx // n_slots  # each slot's part of the context
-        self.planner = Planner(costs, draft is not None)
         self._arrivals = 0
 
     @classmethod
     def alone(cls, target: Model) -> BatchScheduler:
-        """One slot over the target's cache as it stands, whose requests bring their own drafter objects (SlotRequest.solo):
-        a one-sequence Decoder's loop, and a server's single slot. The planner is never asked, so no costs are measured."""
-        return cls(target, None, 1, CostTable(), keep_cache=True)
+        """One slot over the target's cache as it stands: a one-sequence Decoder's loop, and a server's single slot."""
+        return cls(target, 1, keep_cache=True)
 
     # --- requests ---------------------------------------------------------------------
 
@@ -109,29 +101,21 @@ class BatchScheduler:
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
-        if request.solo is not None and len(self.slots) > 1:
-            raise ValueError("a request's own drafter object drafts for a scheduler's lone slot (BatchScheduler.alone)")
-        role = registry.batch_role(request.drafter) if request.solo is None else None
+        if len(self.slots) > 1:
+            registry.check_batchable(request.drafter.name)
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
         slot = prompt_cache.slot_for(free, prompt[:-1])
         keep = prompt_cache.take_prefix(self.slots, slot, prompt)
-        if self.drafting is not None and role == "model":
-            self.drafting.sync(slot, prompt[:-1])
         rng, seed = make_rng(request.config.sampling.seed)
-        stats = GenerationStats(drafter=request.drafter, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
+        stats = GenerationStats(drafter=request.drafter.name, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
                                 seed=None if request.config.sampling.greedy else seed)
-        if role is not None:
-            slot.lookup.start(prompt)  # every request's text joins the slot's memory, whichever drafter it runs
-            slot.belief.new_answer()
-            self.planner.start_answer()
-        lookup = slot.lookup if role in ("lookup", "adaptive") else None
+        request.drafter.begin(slot.seq, prompt)
         self._arrivals += 1
         slot.last_used = self._arrivals
-        slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel,
-                                                 request.solo), role, rng, stats, TextAssembler(request.config.stop),
-                                     time.perf_counter_ns(), self._arrivals, lookup)
+        slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
+                                     rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals)
         slot.last = -1  # until the prompt's pass judges the first token
         return slot
 
@@ -165,44 +149,27 @@ class BatchScheduler:
         if not generating and not reading:
             return
         step_start = time.perf_counter_ns()
-        ns_before = self._decode_ns()
+        models = self._models()
+        ns_before = _decode_ns(models)
 
-        k_limit = self.target.n_batch // max(1, len(generating)) - 1  # every slot's [last, draft] fits one pass
-        options = [self._options(slot, k_limit) for slot in generating]
-        choices = self.planner.plan(options)
-        n_verify = sum(choice.k + 1 for choice in choices)
-        n_batch = self.target.n_batch
-        chunks = []
-        if generating:
-            budget = prefill_budget(self.planner.costs, n_verify, self.planner.step_ms(choices, options), n_batch)
-            for slot in reading:
-                if budget <= 0:
-                    break
-                chunk = slot.job.prompt[len(slot.cached) : len(slot.cached) + budget]
-                chunks.append((slot, chunk))
-                budget -= len(chunk)
-        elif reading:  # a prompt alone in its pass, cut as prompt_passes says: its cells come out as a fresh read's
-            slot, prompt = reading[0], reading[0].job.prompt
-            chunks.append((slot, prompt[len(slot.cached) : prompt_passes.next_pass_end(len(slot.cached), len(prompt), n_batch)]))
-        steps = self._drafts(generating, options, choices)
+        steps = self._drafts(generating)
         draft_end = time.perf_counter_ns()
-
         entries: list[tuple[int, int, int, bool]] = []
         for step in steps:
             step.pos0 = len(step.slot.cached)
             entries += [(token, step.pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
-        n_verify = len(entries)  # a draft may stop short of its K (p_min)
+        n_verify = len(entries)
+        chunks = self._chunks(reading, n_verify, (draft_end - step_start) / 1e6 if steps else None)
         starts = [len(slot.cached) for slot, _ in chunks]
         for (slot, chunk), start in zip(chunks, starts):
             ends = start + len(chunk) == len(slot.job.prompt)  # the prompt's last token: its row judges the first
             entries += [(token, start + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
         rows = self.target.decode_sequences(entries)  # the cells' record (Model.cells) takes every token in
         target_end = time.perf_counter_ns()
-        spent = self._decode_ns() - ns_before  # the drafts' passes and this one: the step's llama time, counted before a slot can finish
-        for step in steps:
-            step.slot.job.llama_ns += spent
-        if steps and not chunks:
-            self.planner.observe_verify(n_verify, (target_end - draft_end) / 1e6)
+        if len(self.slots) > 1:  # a lone slot's llama time is taken over its whole answer (_llama_ns)
+            spent = _decode_ns(models) - ns_before  # the drafts' passes and this one, counted before a slot can finish
+            for step in steps:
+                step.slot.job.llama_ns += spent
 
         offset = 0
         for step in steps:
@@ -213,30 +180,65 @@ class BatchScheduler:
             if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk),
                                                                                                           len(slot.job.prompt)):
                 self.target.cells.canonical[slot.seq] = start + len(chunk)
-        if self.drafting is not None:
-            # The draft model reads along for `model` slots only: auto may never pick it, and prices the catch-up when it does.
-            self.drafting.read([slot for slot, _ in chunks if slot.job.role == "model"])
-        for slot, _ in chunks:
-            if not slot.prefilling and slot.job.request.solo is not None:
-                slot.job.request.solo.start(slot.job.prompt)  # its draft reads the prompt now, in the prompt's time
+            slot.job.request.drafter.read(slot.seq, len(slot.cached))  # a drafter's model reads along, in the prompt's time
         now = time.perf_counter_ns()
         for slot, _ in chunks:
             if not slot.prefilling:
                 slot.job.stats.prompt_ms = (now - slot.job.started_ns) / 1e6
                 slot.job.generating_since_ns = now
-                if slot.job.request.solo is not None:  # its llama time is taken over the answer, as its drafter's models decode too
-                    slot.job.llama_ns = -_solo_decode_ns(self.target, slot.job.request.solo)
+                if len(self.slots) == 1:
+                    slot.job.llama_ns = -_decode_ns(self._models())
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
-        if steps:
-            self.planner.observe_overhead((time.perf_counter_ns() - step_start - (self._decode_ns() - ns_before)) / 1e6)
+        if steps and not chunks:  # the pass verified drafts alone: what it cost teaches the drafters that price steps
+            outside_ms = (time.perf_counter_ns() - step_start - (target_end - draft_end)) / 1e6
+            for drafter in {id(step.drafter): step.drafter for step in steps}.values():
+                drafter.observe_step(n_verify, (target_end - draft_end) / 1e6, outside_ms)
+
+    def _drafts(self, generating: list[Slot]) -> list[_Step]:
+        """Each slot's draft: every drafter proposes for all its slots at once (a draft model in one batched drafting)."""
+        k_limit = self.target.n_batch // max(1, len(generating)) - 1  # every slot's [last, draft] fits one pass
+        groups: dict[int, tuple[Drafter, list[Slot]]] = {}
+        for slot in generating:
+            drafter = slot.job.request.drafter
+            groups.setdefault(id(drafter), (drafter, []))[1].append(slot)
+        drafts: dict[int, Draft] = {}
+        for drafter, slots in groups.values():
+            for slot, draft in zip(slots, drafter.propose([self._ask(slot, k_limit) for slot in slots])):
+                draft.fork = None  # a tree's fork takes a sequence of its own, which a lone slot's step gives (solo.py)
+                drafts[slot.seq] = draft
+        return [_Step(slot, slot.job.request.drafter, drafts[slot.seq]) for slot in generating]
+
+    def _ask(self, slot: Slot, k_limit: int) -> Ask:
+        generation = slot.job
+        config = generation.request.config
+        cap = config.draft_cap(self.share - len(slot.cached) - 1, generation.stats.predicted_n, k_limit)
+        return Ask(slot.seq, cap, config.draft_p_min, config.draft_sampling, generation.rng)
+
+    def _chunks(self, reading: list[Slot], n_verify: int, draft_ms: float | None) -> list[tuple[Slot, Sequence[int]]]:
+        """The prompt tokens this pass reads: beside slots generating, as much as a step's worth of time allows
+        (prefill.py), in arrival order; alone, a prompt's next pass as prompt_passes cuts it, so its cells come out as a
+        fresh read's."""
+        chunks: list[tuple[Slot, Sequence[int]]] = []
+        if draft_ms is not None:
+            budget = prefill_budget(self.costs, n_verify, draft_ms + self.costs.verify(n_verify), self.target.n_batch)
+            for slot in reading:
+                if budget <= 0:
+                    break
+                chunk = slot.job.prompt[len(slot.cached) : len(slot.cached) + budget]
+                chunks.append((slot, chunk))
+                budget -= len(chunk)
+        elif reading:
+            slot, prompt = reading[0], reading[0].job.prompt
+            chunks.append((slot, prompt[len(slot.cached) : prompt_passes.next_pass_end(len(slot.cached), len(prompt), self.target.n_batch)]))
+        return chunks
 
     def _solo_step(self, slot: Slot) -> bool:
-        """A lone slot that its request's own drafter drafts, past its first token: its step (solo.py) without the batch's
-        bookkeeping, which would add to the time per pass outside llama.cpp. False where the general path must act
-        instead: nothing to generate, the request cancelled, or its context full."""
+        """A lone slot past its first token: its step (solo.py) without the batch's bookkeeping, which would add to the
+        time per pass outside llama.cpp. False where the general path must act instead: nothing to generate, the
+        request cancelled, or its context full."""
         generation = slot.generation
-        if generation is None or generation.role is not None or slot.last < 0 or generation.request.cancel.is_set():
+        if generation is None or slot.last < 0 or generation.request.cancel.is_set():
             return False
         room = self.share - len(slot.cached) - 1
         if room < 0:
@@ -247,18 +249,13 @@ class BatchScheduler:
     def _first_token(self, slot: Slot, row: np.ndarray) -> None:
         """Judge and emit the answer's first token on the row of the prompt's last token (n_predict 0: none)."""
         generation = slot.job
-        config = generation.request.config
+        config, drafter = generation.request.config, generation.request.drafter
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
             return
-        if generation.role not in ("plain", None):  # what auto learns from; plain decoding spares its pass over the row
-            slot.belief.observe_target(row[0])
+        drafter.observe_target(slot.seq, row[0])
         slot.last, events, reason = first_token(self.target, row, config, generation.rng, generation.text, generation.stats)
-        if generation.request.solo is not None:
-            generation.request.solo.advance([slot.last])
-            generation.request.solo.observe_target(row[0])
-        else:
-            slot.lookup.advance([slot.last])
+        drafter.accept(slot.seq, [slot.last])
         self._emit(slot, events, reason)
 
     def _emit(self, slot: Slot, events: list[TokenEvent], reason: StopReason | None) -> None:
@@ -278,74 +275,22 @@ class BatchScheduler:
             return False
         return True
 
-    def _options(self, slot: Slot, k_limit: int) -> SlotOptions:
-        generation = slot.job
-        assert generation.role is not None  # solo slots take solo_step
-        config, stats = generation.request.config, generation.stats
-        room = self.share - len(slot.cached) - 1
-        cap = config.draft_cap(room, stats.predicted_n, k_limit)
-        lookup = generation.lookup.lookup(cap) if generation.lookup is not None and cap else Lookup()
-        pending = len(slot.cached) + 1 - common_prefix(slot.draft_cached, slot.cached)  # what the draft must read first
-        return SlotOptions(generation.role, cap, lookup, pending, slot.belief)  # no draft model: the planner drafts plain
-
-    def _drafts(self, generating: list[Slot], options: list[SlotOptions], choices: list[Choice]) -> list[_Step]:
-        """Each slot's draft: lookup runs as they are, the draft model's (a hybrid's continuation too, after the lookup
-        tokens it reads first) all in one batched drafting."""
-        orders = []
-        for slot, option, choice in zip(generating, options, choices):
-            if choice.model_k:
-                slot.belief.asked(option.pending)
-                orders.append(DraftOrder(slot, choice.model_k, *self._model_sampling(slot), option.lookup.tokens[: choice.lookup_k]))
-        drafted = self.drafting.draft(orders) if self.drafting is not None and orders else {}
-        if self.drafting is not None:
-            for n_tokens, ms in self.drafting.passes:
-                self.planner.observe_draft_pass(n_tokens, ms)
-        steps = []
-        for slot, option, choice in zip(generating, options, choices):
-            generation = slot.job
-            slot.belief.looked(option.lookup)
-            self.planner.watch_lookup(generation.shadows, option.lookup, slot.belief.confidence.unsure)
-            sampling, run = generation.request.config.draft_sampling, option.lookup.tokens[: choice.lookup_k]
-            if not choice.model_k:
-                draft = Draft.deterministic(option.lookup.tokens[: choice.k], sampling)
-            elif self._model_sampling(slot)[1] is None:  # greedy drafts: one-hot, where the target samples
-                draft = Draft.deterministic([*run, *drafted[slot.seq].tokens], sampling)
-            else:
-                continuation = drafted[slot.seq]
-                draft = Draft(run + continuation.tokens, one_hot(run) + continuation.dists)
-            steps.append(_Step(slot, choice, draft))
-        return steps
-
-    @staticmethod
-    def _model_sampling(slot: Slot) -> tuple[float, SamplingParams | None, np.random.Generator]:
-        """How the draft model drafts for the slot: its p_min; greedily (None) or sampled from q; the slot's rng. auto's
-        drafts are greedy at T > 0 too, judged one draw a position, so a seed repeats whatever it chose (AutoDrafter)."""
-        generation = slot.job
-        config = generation.request.config
-        return config.draft_p_min, None if generation.role == "adaptive" else config.draft_sampling, generation.rng
-
     def _settle(self, step: _Step, rows: np.ndarray, draft_ms: float, verify_ms: float) -> None:
         """Verify one slot's draft on its rows, roll its sequence back past the rejection, emit its tokens."""
         slot, draft = step.slot, step.draft
         generation = slot.job
-        config, stats = generation.request.config, generation.stats
+        config, stats, drafter = generation.request.config, generation.stats, generation.request.drafter
         verdict = judge(draft, rows, config, generation.rng)
-        if generation.role != "plain":
-            slot.belief.observe_target(rows[0])
-        settled = [*verdict.accepted, verdict.token]
-        slot.belief.stepped(self.planner.costs, step.choice.k if step.choice.source == "ngram" else 0, settled)
+        drafter.observe_target(slot.seq, rows[0])  # before anything decodes again: rows is llama.cpp's buffer
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         keep = step.pos0 + 1 + verdict.n_accepted
         if keep < len(slot.cached):  # the pass put [last, *draft] in: the rejected draft tokens go
             self.target.forget(slot.seq, keep)
         slot.last = verdict.token
         stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
-        if generation.role == "adaptive":
-            stats.record_decision(step.choice.label, step.choice.predicted)
-        if step.choice.model_k:
-            self.planner.observe_model(step.choice, slot.belief.asked_class, len(draft.tokens), verdict.n_accepted)
-        slot.lookup.advance(settled)
-        generation.shadows = self.planner.settle(generation.shadows, settled, slot.belief.copy_effect)
+        if draft.choice is not None:
+            stats.record_decision(draft.choice.label, draft.choice.predicted)
+        drafter.accept(slot.seq, [*verdict.accepted, verdict.token])
         self._emit(slot, *emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config))
 
     def release(self, slot: Slot) -> None:
@@ -356,11 +301,10 @@ class BatchScheduler:
         """End the slot's generation: the text held back, then Finished. Its cells stay, as a prompt cache."""
         generation = slot.job
         stats = generation.stats
-        if generation.request.solo is not None:
-            generation.request.solo.end()
-            if generation.generating_since_ns:
-                generation.llama_ns += _solo_decode_ns(self.target, generation.request.solo)
+        generation.request.drafter.end(slot.seq)
         if generation.generating_since_ns:
+            if len(self.slots) == 1:
+                generation.llama_ns += _decode_ns(self._models())
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6
         slot.generation = None
@@ -370,20 +314,21 @@ class BatchScheduler:
     def _keep_prompt_only(self, slot: Slot, prompt: Sequence[int]) -> None:
         """Drop the slot's cells past its prompt (what it answered); the prompt's stay as its cache, as a finished slot's do.
         Editors cancel the request in flight at every keystroke (llama.vim, llama.vscode), and the next one shares the file:
-        freeing the prompt too would make every request after a cancelled one read the whole file again."""
+        freeing the prompt too would make every request after a cancelled one read the whole file again. A drafter's
+        model cuts its own cells back when its sequence next begins."""
         prompt_cache.cut(slot, common_prefix(slot.cached, prompt))
-        if self.drafting is not None:
-            self.drafting.sync(slot, slot.cached)  # the draft's cells past what the target keeps go too
 
     def _free(self, slot: Slot) -> None:
         self.target.forget(slot.seq)
-        if self.drafting is not None:
-            self.drafting.model.forget(slot.seq)
 
-    def _decode_ns(self) -> int:
-        return self.target.decode_ns + (self.drafting.model.decode_ns if self.drafting is not None else 0)
+    def _models(self) -> list[Model]:
+        """The target and every model the busy slots' drafters decode with: whose decode time is the step's llama time."""
+        models = [self.target]
+        for slot in self.slots:
+            if slot.generation is not None:
+                models += [model for model in slot.generation.request.drafter.models if model not in models]
+        return models
 
 
-def _solo_decode_ns(target: Model, drafter: Drafter) -> int:
-    """The decode time so far of the target and of every model a one-sequence drafter decodes with."""
-    return target.decode_ns + sum(model.decode_ns for model in drafter.models)
+def _decode_ns(models: Sequence[Model]) -> int:
+    return sum(model.decode_ns for model in models)

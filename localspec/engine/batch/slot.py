@@ -8,11 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.engine.drafters.auto.agreement import ShadowRun
-from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.base import Drafter
-from localspec.engine.drafters.ngram import LookupMemory, NgramDrafter
-from localspec.engine.drafters.registry import BatchRole
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
@@ -27,13 +23,10 @@ class SlotRequest:
 
     prompt: Sequence[int]
     config: GenerationConfig
-    drafter: str
+    drafter: Drafter  # drafts for this request, on its slot's sequence (one object serves every slot running it)
     emit: Callable[[TokenEvent | Finished], None]
     fail: Callable[[BaseException], None]  # the batch's pass failed: this request ends with the error
     cancel: threading.Event = field(default_factory=threading.Event)
-    # A one-sequence drafter object that drafts for this request (batch/solo.py), where the slot is its scheduler's only
-    # one; None: the batch drafts for it by its drafter's batch role.
-    solo: Drafter | None = None
 
 
 @dataclass
@@ -41,14 +34,11 @@ class Generation:
     """What one running request keeps between steps."""
 
     request: SlotRequest
-    role: BatchRole | None  # how the batch drafts for its drafter (the registry's batch_role); None: request.solo drafts
     rng: np.random.Generator
     stats: GenerationStats
     text: TextAssembler
     started_ns: int
     arrival: int  # prompts are read in arrival order
-    lookup: NgramDrafter | None = None
-    shadows: list[ShadowRun] = field(default_factory=list)
     generating_since_ns: int = 0  # 0 while the prompt is still being read
     llama_ns: int = 0  # decode time of the passes this request took part in
 
@@ -59,17 +49,13 @@ class Generation:
 
 @dataclass
 class Slot:
-    """Sequence `seq` of the target's cache (and the draft's), and the request it runs."""
+    """Sequence `seq` of the target's cache (and of its drafters' models), and the request it runs."""
 
     seq: int
     target: Model
-    draft: Model | None = None
     generation: Generation | None = None
     last: int = -1  # the settled token not yet in the target's cache: the next verify batch starts with it
     last_used: int = 0  # the arrival number of its latest request (0: never used)
-    # Prompt lookup over this request's text and, through its memory, the slot's earlier prompts and answers.
-    lookup: NgramDrafter = field(default_factory=lambda: NgramDrafter(memory=LookupMemory()))
-    belief: SequenceBelief = field(default_factory=SequenceBelief)  # what auto keeps of the slot's answers (belief.py)
 
     @property
     def cached(self) -> list[int]:
@@ -80,11 +66,6 @@ class Slot:
     def canonical(self) -> int:
         """Of those, the leading ones read as prompt in canonical passes: what a later prompt may reuse."""
         return self.target.cells.canonical[self.seq]
-
-    @property
-    def draft_cached(self) -> list[int]:
-        """The draft model's cells for this sequence (none without a draft model)."""
-        return self.draft.cells.tokens[self.seq] if self.draft is not None else []
 
     @property
     def busy(self) -> bool:

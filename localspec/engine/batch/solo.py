@@ -1,5 +1,5 @@
-"""A step for a slot drafted by a one-sequence drafter object (hybrid, hierarchical, tree, self, or any `Drafter`): the
-scheduler takes it when that slot is its only one, as every one-sequence generation (`Decoder`) is.
+"""The step of a scheduler's lone slot (every one-sequence generation, `Decoder`, and a server's single slot): the batch's
+step without its bookkeeping, and with room for a tree's fork, which takes the target's second sequence.
 
 Invariant between steps: the target's cache holds every settled token except
 the last one (`last`), which the next verify batch starts with. That batch,
@@ -13,6 +13,7 @@ import time
 
 from localspec.engine.answer import emitted_tokens, judge, top2_margins
 from localspec.engine.batch.slot import Slot
+from localspec.engine.drafters.base import Ask
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
 
@@ -21,14 +22,14 @@ def solo_step(target: Model, slot: Slot, room: int) -> tuple[list[TokenEvent], S
     """Draft up to K tokens, verify [last, *draft] in one target pass, keep the verdict, roll back the rest; the tokens
     as events, and whether the answer ended. `room`: the cells left after `last`."""
     generation = slot.job
-    drafter = generation.request.solo
-    assert drafter is not None and slot.seq == 0  # a solo slot is its scheduler's only one: sequence 0, the one-sequence API
+    drafter = generation.request.drafter
+    assert slot.seq == 0  # a lone slot is sequence 0: the one-sequence API's
     config, stats, rng = generation.request.config, generation.stats, generation.rng
     t0 = time.perf_counter_ns()
-    draft = drafter.propose(config.draft_cap(room, stats.predicted_n), config.draft_p_min, config.draft_sampling, rng)
+    [draft] = drafter.propose([Ask(0, config.draft_cap(room, stats.predicted_n), config.draft_p_min, config.draft_sampling, rng)])
     if draft.n_tokens > room:
         # A tree's fork takes cells of its own; with too few left, the main chain (at most k <= room) goes alone.
-        # The drafter hears the settled tokens in advance() as always, and drops the fork's speculation then.
+        # The drafter hears the settled tokens in accept() as always, and drops the fork's speculation then.
         draft.fork = None
     t1 = time.perf_counter_ns()
     n_past = target.n_past
@@ -39,7 +40,7 @@ def solo_step(target: Model, slot: Slot, room: int) -> tuple[list[TokenEvent], S
         rows = target.decode_tree([slot.last, *draft.tokens[: fork.at]], draft.tokens[fork.at :], fork.tokens)
     t2 = time.perf_counter_ns()
     verdict = judge(draft, rows, config, rng)
-    drafter.observe_target(rows[0])  # before anything decodes again: rows is llama.cpp's buffer
+    drafter.observe_target(0, rows[0])  # before anything decodes again: rows is llama.cpp's buffer
     margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
     if fork is not None:
         on_fork = verdict.n_accepted - fork.at if verdict.branch == 1 else None
@@ -47,9 +48,9 @@ def solo_step(target: Model, slot: Slot, room: int) -> tuple[list[TokenEvent], S
         stats.n_forks += 1
         stats.n_fork_accepted += verdict.branch
     target.truncate(n_past + 1 + verdict.n_accepted)
-    drafter.advance([*verdict.accepted, verdict.token])
+    drafter.accept(0, [*verdict.accepted, verdict.token])
     t3 = time.perf_counter_ns()
-    drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6)
+    drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6, (t3 - t0 - (t2 - t1)) / 1e6)
     if draft.choice is not None:
         stats.record_decision(draft.choice.label, draft.choice.predicted)
     stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)

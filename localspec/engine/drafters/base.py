@@ -1,4 +1,5 @@
-"""What every drafter is: a proposal (`Draft`), and the base class whose hooks the decode loop calls.
+"""What every drafter is: a proposal (`Draft`), what a sequence asks for (`Ask`), and the base class whose hooks the
+decode loop calls.
 
 Like llama.cpp's common/speculative.cpp and transformers' candidate generators,
 every way of drafting sits behind one small interface; the decode loop, the
@@ -71,39 +72,62 @@ def one_hot(tokens: Sequence[int]) -> list[Distribution]:
     return [Distribution(np.array([t]), np.array([1.0])) for t in tokens]
 
 
+@dataclass
+class Ask:
+    """One sequence's request for a draft this step: up to `k` tokens continuing its accepted text, greedily (sampling
+    None) or sampled from q, stopping where the draft's best token is less likely than p_min."""
+
+    seq: int
+    k: int
+    p_min: float = 0.0
+    sampling: SamplingParams | None = None
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+
 class Drafter(ABC):
-    """Proposes tokens for the target to verify. Only `propose` is required; the other hooks do nothing unless overridden."""
+    """Proposes tokens for the target to verify, for any number of sequences at once (the slots of the decode loop).
+
+    As llama.cpp's common_speculative and vLLM's proposers: a sequence begins with its prompt, a step proposes for every
+    sequence asking at once (so a draft model drafts them all in one batched pass), and each sequence then hears what
+    it settled. Only `propose` is required; the other hooks do nothing unless overridden. One object serves one slot
+    or many: what it keeps per sequence is keyed by the sequence id.
+    """
 
     name: str = ""  # the registry's name: what the command line, the settings, the statistics and the bench say
     # The models it decodes with; the decoder reads their decode time (Model.decode_ns) for the Python-overhead figure.
     models: tuple[Model, ...] = ()
     costs: CostTable | None = None  # the pass costs a drafter that prices its steps measures (auto); the bench reports them
 
-    def start(self, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """A generation begins from `prompt` (at least one token)."""
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """Sequence `seq` starts an answer to `prompt` (at least one token); the target has not read it yet."""
+
+    def read(self, seq: int, n: int) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """The target has read the first `n` tokens of `seq`'s prompt: a drafter with a model of its own may read along,
+        so its first draft does not pay for the whole prompt at once."""
 
     @abstractmethod
-    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        """Up to `k` tokens continuing the accepted text; `sampling` None means greedy."""
+    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
+        """A draft for each ask, in order (empty where there is nothing worth drafting)."""
 
-    def advance(self, tokens: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """The accepted text grew by `tokens`: this step's accepted draft tokens, then the target's own token.
+    def accept(self, seq: int, tokens: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """`seq`'s accepted text grew by `tokens`: this step's accepted draft tokens, then the target's own token.
 
-        Every drafter hears every step, whether it proposed the tokens or not.
+        Every sequence's drafter hears every step, whether it proposed the tokens or not.
         """
 
-    def observe_target(self, row: np.ndarray) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """The target's logits where this step's draft began (for the first step, the prompt's last row): how sure the
-        target is, which a drafter that judges its own chances reads for free."""
+    def observe_target(self, seq: int, row: np.ndarray) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """The target's logits where `seq`'s draft began (for the first step, the prompt's last row): how sure the target
+        is, which a drafter that judges its own chances reads for free."""
 
-    def observe_step(self, n_verified: int, verify_ms: float) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """The target verified `n_verified` tokens in `verify_ms`; a drafter that learns costs does it here."""
+    def observe_step(self, n_verified: int, verify_ms: float, outside_ms: float) -> None:  # noqa: B027 (a hook)
+        """The step's target pass verified `n_verified` tokens in `verify_ms`; the step spent `outside_ms` besides that
+        pass (drafting included). A drafter that learns costs does it here."""
 
-    def end(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """The generation ended (finished, stopped or cut); a drafter that keeps what it learned saves it here."""
+    def end(self, seq: int) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """`seq`'s answer ended (finished, stopped or cut); a drafter that keeps what it learned saves it here."""
 
     def forget_requests(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """Earlier requests' text no longer counts: the next generation starts a new session (the bench's prompts)."""
+        """Earlier requests' text no longer counts: the next answers start new sessions (the bench's prompts)."""
 
 
 class NoDrafter(Drafter):
@@ -111,8 +135,8 @@ class NoDrafter(Drafter):
 
     name = "none"
 
-    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        return Draft()
+    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
+        return [Draft() for _ in asks]
 
 
 def build_none(sources: DraftSources) -> Drafter:
@@ -121,6 +145,11 @@ def build_none(sources: DraftSources) -> Drafter:
 
 class DraftSources(Protocol):
     """What a drafter is built from: the loaded models (the Engine provides them, loading the self-draft on demand)."""
+
+    @property
+    def batch_costs(self) -> CostTable | None:
+        """The pass costs the decode loop's slots share (timed at batch sizes), where it runs several; None for one."""
+        ...
 
     @property
     def target(self) -> Model: ...

@@ -1,23 +1,27 @@
-"""The draft model drafts autoregressively (`model`, and `self`, whose model is the target cut short).
+"""The draft model drafts autoregressively (`model`, and `self`, whose model is the target cut short), for every
+sequence asking at once: one pass per draft position, one token per sequence still drafting.
 
-The draft model keeps its KV cache in step with the target's accepted text
+The draft model keeps each sequence's KV cells in step with its accepted text
 without ever decoding an accepted token twice: a drafted token already sits in
 the draft's cache when it is accepted, so only the target's own next token
 (and, after a full acceptance, the last draft token, which was never decoded)
-is fed in on the next step. llama.cpp's draft-simple instead re-evaluates the
-whole verified batch in the draft; that is the cost saved here.
+is fed in on the next step, in the pass that yields the first draft token.
+llama.cpp's draft-simple instead re-evaluates the whole verified batch in the
+draft; that is the cost saved here.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.engine.drafters.base import Draft, Drafter, DraftSources
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.llama.model import Model
 from localspec.engine.sampling import Distribution, SamplingParams, distribution, greedy_with_confidence
+from localspec.engine.tokens import common_prefix
 
 
 def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | None,
@@ -34,8 +38,39 @@ def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | N
     return (q.sample(rng), q) if q.top_prob >= p_min else None
 
 
+@dataclass
+class DraftOrder:
+    """Draft up to k tokens for sequence `seq` (an Ask's terms), after reading `after` (a hybrid step's lookup tokens),
+    so the draft continues from their end."""
+
+    seq: int
+    k: int
+    p_min: float
+    sampling: SamplingParams | None
+    rng: np.random.Generator
+    after: Sequence[int] = ()
+
+    @classmethod
+    def of(cls, ask: Ask, after: Sequence[int] = (), k: int | None = None, greedy: bool = False) -> DraftOrder:
+        """The order an ask makes; another `k`, or greedy drafting whatever the temperature, where the drafter says so."""
+        return cls(ask.seq, ask.k if k is None else k, ask.p_min, None if greedy else ask.sampling, ask.rng, after)
+
+
+@dataclass
+class _Sequence:
+    pending: list[int]  # accepted tokens not yet in the draft's cache
+    speculated: list[int] = field(default_factory=list)  # tokens in the cache past the accepted text (drafted, not yet judged)
+
+
+@dataclass
+class _Drafting:
+    order: DraftOrder
+    draft: Draft
+    done: bool = False
+
+
 class ModelDrafter(Drafter):
-    """A small model of the target's family drafts autoregressively."""
+    """A small model of the target's family drafts autoregressively, for every sequence asking in one pass a position."""
 
     name = "model"
 
@@ -43,115 +78,144 @@ class ModelDrafter(Drafter):
         self.model = model
         self.models = (model,)
         self.name = name
-        self.lazy_start = lazy_start  # read the prompt only when first asked to draft (auto may never ask)
-        self._pending: list[int] = []  # accepted tokens not yet in the draft's cache
-        self._speculated: list[int] = []  # tokens in the cache past the accepted text (drafted, not yet judged)
-        # This step's passes, (tokens, ms): each timed from its decode to the next one's, so that the choice of its token
-        # (sampling, the p-min test) is in it, as in the cost a controller prices a draft token at.
+        self.lazy_start = lazy_start  # read a prompt only when first asked to draft (auto may never ask)
+        self._seqs: dict[int, _Sequence] = {}
+        # The last draft's passes, (tokens, ms), its catch-up first: each timed with the choice of its tokens (sampling,
+        # the p-min test), as in the cost a controller prices a draft token at.
         self.passes: list[tuple[int, float]] = []
-        self._open_pass: tuple[int, int] | None = None  # (tokens, start ns) of the pass still being timed
 
-    def start(self, prompt: Sequence[int]) -> None:
-        if self.lazy_start:  # the first draft catches up on the prompt, and pays for it then
-            self._pending = list(prompt[self.model.keep_cached_prefix(prompt[:-1]) :])
-        else:
-            self.model.prefill(prompt[:-1])  # prompt time, which the decoder measures itself
-            self._pending = [prompt[-1]]
-        self._speculated = []
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+        """The sequence keeps the longest prefix of the prompt that its cells, or another sequence's, hold (borrowed as
+        the target's slots borrow theirs); the rest is read along (read) or, lazily, in the first draft's pass."""
+        tokens = prompt[:-1]
+        cells = self.model.cells.tokens
+        keep = common_prefix(cells[seq], tokens)
+        lent, donor = max((common_prefix(held, tokens), other) for other, held in enumerate(cells))
+        if lent > keep:
+            self.model.forget(seq)
+            self.model.share_cells(donor, seq, lent)
+            keep = lent
+        elif keep < len(cells[seq]):
+            self.model.forget(seq, keep)
+        self._seqs[seq] = _Sequence(list(prompt[keep:]))
 
-    def _decode(self, tokens: list[int], outputs: int = 1) -> np.ndarray:
-        """Decode `tokens` and return the logits of the last `outputs`, in as many batches as n_batch requires.
+    def read(self, seq: int, n: int) -> None:
+        if self.lazy_start:
+            return
+        state = self._seqs[seq]
+        # What the target read that the draft has not, never the prompt's last token: the first draft's pass reads that one.
+        unread = min(n - len(self.model.cells.tokens[seq]), len(state.pending) - 1)
+        if unread > 0:
+            self._decode(seq, state.pending[:unread], outputs=0)
+            del state.pending[:unread]
 
-        A long run of plain steps can leave more than n_batch tokens pending; the earlier batches then carry
-        no outputs, and the last holds every token whose row was asked for, so the rows always align.
-        """
-        self._time_pass(len(tokens))
-        outputs = min(outputs, len(tokens))
+    def pending_tokens(self, seq: int) -> int:
+        """Accepted tokens the draft has not decoded yet for `seq`: the catch-up its next draft pays for."""
+        state = self._seqs.get(seq)
+        return len(state.pending) if state is not None else 0
+
+    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
+        return self.draft([DraftOrder.of(ask) for ask in asks])
+
+    def draft(self, orders: Sequence[DraftOrder]) -> list[Draft]:
+        """A draft per order: the first pass reads what each sequence has yet to read (its pending tokens, then `after`)
+        and gives each one's first token; then one pass per position, one token for each sequence still drafting."""
+        self.passes = []
+        work = [_Drafting(order, Draft()) for order in orders]
+        active = [item for item in work if item.order.k > 0]
+        entries: list[tuple[int, int, int, bool]] = []
+        for item in active:
+            seq = item.order.seq
+            state = self._seqs[seq]
+            unread = [*state.pending, *item.order.after]
+            pos0 = len(self.model.cells.tokens[seq])
+            entries += [(token, pos0 + i, seq, i == len(unread) - 1) for i, token in enumerate(unread)]
+            state.pending, state.speculated = [], list(item.order.after)
+        while active:
+            start = time.perf_counter_ns()
+            self._decode_and_choose(entries, active)
+            self.passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))
+            active = [item for item in active if not item.done]
+            entries = []
+            for item in active:
+                seq, token = item.order.seq, item.draft.tokens[-1]
+                entries.append((token, len(self.model.cells.tokens[seq]), seq, True))
+                self._seqs[seq].speculated.append(token)
+        return [item.draft for item in work]
+
+    def _decode_and_choose(self, entries: list[tuple[int, int, int, bool]], owners: list[_Drafting]) -> None:
+        """Decode (in n_batch pieces if a catch-up is long), choosing each owner's next token from its row as it comes
+        (a row is llama.cpp's buffer, valid until the next pass)."""
+        owner_index = 0
         n_batch = self.model.n_batch
-        head, tail = tokens[: len(tokens) - outputs], tokens[len(tokens) - outputs :]
-        while len(head) + len(tail) > n_batch and head:
-            n = min(len(head), n_batch)
-            self.model.decode(head[:n], outputs=0)
-            head = head[n:]
-        return self.model.decode(head + tail, outputs=outputs)
+        for start in range(0, len(entries), n_batch):
+            piece = entries[start : start + n_batch]
+            rows = self.model.decode_sequences(piece)
+            for row_index in range(sum(1 for entry in piece if entry[3])):
+                item = owners[owner_index]
+                order = item.order
+                chosen = next_draft_token(rows[row_index], order.p_min, order.sampling, order.rng)
+                if chosen is not None:
+                    item.draft.append(*chosen)
+                item.done = chosen is None or len(item.draft.tokens) >= order.k
+                owner_index += 1
 
-    def feed(self, prefix: Sequence[int], outputs: int = 1) -> np.ndarray:
-        """Catch up on the pending accepted tokens, then decode `prefix` as speculation; logits of the last `outputs` tokens."""
-        rows = self._decode(self._pending + list(prefix), outputs)
-        self._pending = []
-        self._speculated = list(prefix)
+    def _decode(self, seq: int, tokens: Sequence[int], outputs: int) -> np.ndarray:
+        """Append `tokens` to `seq`'s cells; the logits of the last `outputs`. A long catch-up goes in n_batch pieces,
+        the earlier ones asking no rows, so the rows always come from one pass."""
+        pos0 = len(self.model.cells.tokens[seq])
+        entries = [(token, pos0 + i, seq, i >= len(tokens) - outputs) for i, token in enumerate(tokens)]
+        head = len(entries) - outputs
+        n_batch = self.model.n_batch
+        while len(entries) > n_batch and head > 0:
+            n = min(head, len(entries) - n_batch, n_batch)
+            self.model.decode_sequences(entries[:n])
+            entries, head = entries[n:], head - n
+        return self.model.decode_sequences(entries)
+
+    def feed(self, seq: int, prefix: Sequence[int], outputs: int = 1) -> np.ndarray:
+        """Catch `seq` up on its pending tokens, then decode `prefix` as speculation; logits of the last `outputs` tokens."""
+        state = self._seqs[seq]
+        rows = self._decode(seq, [*state.pending, *prefix], outputs)
+        state.pending, state.speculated = [], list(prefix)
         return rows
 
-    def step(self, token: int) -> np.ndarray:
+    def step(self, seq: int, token: int) -> np.ndarray:
         """Decode one speculated token; the logits that follow it."""
-        row = self._decode([token])[-1]
-        self._speculated.append(token)
+        row = self._decode(seq, [token], 1)[-1]
+        self._seqs[seq].speculated.append(token)
         return row
 
-    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        return self.continue_after([], k, p_min, sampling, rng)
-
-    def continue_after(self, prefix: Sequence[int], k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        """Draft up to `k` tokens that follow the accepted text plus `prefix` (tokens proposed by someone else)."""
-        draft = Draft()
-        if k <= 0:
-            return draft
-        row = self.feed(prefix)[-1]
-        self.extend_greedy_or_sampled(draft, row, k, p_min, sampling, rng)
-        self._time_pass(None)
-        return draft
-
-    def _time_pass(self, n_tokens: int | None) -> None:
-        """Close the pass being timed (its token is chosen by now) and, unless None, open one of `n_tokens`."""
-        now = time.perf_counter_ns()
-        if self._open_pass is not None:
-            self.passes.append((self._open_pass[0], (now - self._open_pass[1]) / 1e6))
-        self._open_pass = None if n_tokens is None else (n_tokens, now)
-
-    def extend_greedy_or_sampled(
-        self, draft: Draft, row: np.ndarray, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator
-    ) -> None:
-        """Append up to `k` tokens to `draft`, starting from the logits `row`; each but the last is decoded into the cache."""
-        for n in range(1, k + 1):
-            chosen = next_draft_token(row, p_min, sampling, rng)
-            if chosen is None:
-                return
-            draft.append(*chosen)
-            if n < k:
-                row = self.step(chosen[0])
-
-    def agreed_prefix(self, proposal: Sequence[int]) -> int:
+    def agreed_prefix(self, seq: int, proposal: Sequence[int]) -> int:
         """How many leading tokens of `proposal` the draft itself would have chosen greedily (one batched pass)."""
         if not proposal:
             return 0
-        rows = self.feed(proposal[:-1], outputs=len(proposal))
+        rows = self.feed(seq, proposal[:-1], outputs=len(proposal))
         best = rows.argmax(axis=1)
         n = 0
         while n < len(proposal) and best[n] == proposal[n]:
             n += 1
-        self.rewind(keep=n)
+        self.rewind(seq, keep=n)
         return n
 
-    def rewind(self, keep: int) -> None:
-        """Keep only the first `keep` speculated tokens in the cache."""
-        if keep < len(self._speculated):
-            self.model.truncate(self.model.n_past - len(self._speculated) + keep)
-            del self._speculated[keep:]
+    def rewind(self, seq: int, keep: int) -> None:
+        """Keep only the first `keep` speculated tokens of `seq` in the cache."""
+        speculated = self._seqs[seq].speculated
+        if keep < len(speculated):
+            self.model.forget(seq, len(self.model.cells.tokens[seq]) - len(speculated) + keep)
+            del speculated[keep:]
 
-    def advance(self, tokens: Sequence[int]) -> None:
-        """Speculated tokens that were accepted stay in the cache; the rest of the new text is decoded lazily, in one batch."""
+    def accept(self, seq: int, tokens: Sequence[int]) -> None:
+        """Speculated tokens that were accepted stay in the cache; the rest of the new text is read in the next draft's
+        first pass."""
+        state = self._seqs[seq]
+        speculated = state.speculated
         keep = 0
-        while keep < min(len(self._speculated), len(tokens)) and self._speculated[keep] == tokens[keep]:
+        while keep < min(len(speculated), len(tokens)) and speculated[keep] == tokens[keep]:
             keep += 1
-        self.rewind(keep)
-        self._speculated = []
-        self._pending += list(tokens[keep:])
-        self.passes, self._open_pass = [], None  # a new step
-
-    @property
-    def pending_tokens(self) -> int:
-        """Accepted tokens the draft has not decoded yet: the catch-up its next draft pays for."""
-        return len(self._pending)
+        self.rewind(seq, keep)
+        state.speculated = []
+        state.pending += tokens[keep:]
 
 
 def build_model(sources: DraftSources) -> Drafter:

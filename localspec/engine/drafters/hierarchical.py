@@ -9,22 +9,24 @@ the target is spared the rows that would have been rejected anyway.
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
 
-from localspec.engine.drafters.base import Draft, Drafter, DraftSources
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
-from localspec.engine.sampling import SamplingParams
 
 
 class HierarchicalDrafter(LookupModelDrafter):
     name = "hierarchical"
 
-    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        lookup = self.ngram.agreeing_run(k)
-        agreed = lookup[: self.model.agreed_prefix(lookup)]
-        # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).
-        return Draft.deterministic(agreed, sampling)
+    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
+        drafts = []
+        for ask in asks:
+            run = self.lookups[ask.seq].agreeing_run(ask.k)
+            agreed = run[: self.model.agreed_prefix(ask.seq, run)]
+            # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).
+            drafts.append(Draft.deterministic(agreed, ask.sampling))
+        return drafts
 
 
 def build(sources: DraftSources) -> Drafter:

@@ -9,24 +9,30 @@ everywhere else.
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
 
-from localspec.engine.drafters.base import Draft, Drafter, DraftSources, one_hot
-from localspec.engine.drafters.draft_model import ModelDrafter
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, one_hot
+from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
-from localspec.engine.sampling import SamplingParams
 
 
 class HybridDrafter(LookupModelDrafter):
     name = "hybrid"
 
-    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        lookup = self.ngram.agreeing_run(k)
-        if len(lookup) >= k:
-            return Draft.deterministic(lookup, sampling)
-        continuation = self.model.continue_after(lookup, k - len(lookup), p_min, sampling, rng)
-        dists = one_hot(lookup) + continuation.dists if sampling is not None else []
-        return Draft(lookup + continuation.tokens, dists)
+    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
+        runs = [self.lookups[ask.seq].agreeing_run(ask.k) for ask in asks]
+        # The draft model continues every short run in one batched drafting, each from its run's end.
+        continuations = iter(self.model.draft([DraftOrder.of(ask, run, k=ask.k - len(run)) for ask, run in zip(asks, runs)
+                                               if len(run) < ask.k]))
+        drafts = []
+        for ask, run in zip(asks, runs):
+            if len(run) >= ask.k:
+                drafts.append(Draft.deterministic(run, ask.sampling))
+                continue
+            continuation = next(continuations)
+            dists = one_hot(run) + continuation.dists if ask.sampling is not None else []
+            drafts.append(Draft(run + continuation.tokens, dists))
+        return drafts
 
 
 def build(sources: DraftSources) -> Drafter:

@@ -1,7 +1,7 @@
 """The shared frame of the drafters that pair prompt lookup with the draft model (hybrid, hierarchical).
 
-Both must keep the lookup index and the draft's cache in step with the accepted
-text; they differ only in how a proposal is made, which each defines in `propose`.
+Both must keep each sequence's lookup index and draft cells in step with its
+accepted text; they differ only in how a proposal is made, which each defines in `propose`.
 """
 
 from __future__ import annotations
@@ -10,19 +10,22 @@ from collections.abc import Sequence
 
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.draft_model import ModelDrafter
-from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import Lookups
 
 
 class LookupModelDrafter(Drafter):
-    def __init__(self, model: ModelDrafter, ngram: NgramDrafter | None = None) -> None:
+    def __init__(self, model: ModelDrafter, lookups: Lookups | None = None) -> None:
         self.model = model
         self.models = model.models
-        self.ngram = ngram or NgramDrafter()
+        self.lookups = lookups or Lookups(remember=False)
 
-    def start(self, prompt: Sequence[int]) -> None:
-        self.ngram.start(prompt)
-        self.model.start(prompt)
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+        self.lookups[seq].start(prompt)
+        self.model.begin(seq, prompt)
 
-    def advance(self, tokens: Sequence[int]) -> None:
-        self.ngram.advance(tokens)
-        self.model.advance(tokens)
+    def read(self, seq: int, n: int) -> None:
+        self.model.read(seq, n)
+
+    def accept(self, seq: int, tokens: Sequence[int]) -> None:
+        self.lookups[seq].advance(tokens)
+        self.model.accept(seq, tokens)

@@ -24,11 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from localspec.engine.drafters.base import Draft, Drafter, DraftSources
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.drafters.edits import EDIT_MAX, MATCH_CAP, REANCHOR, RESUMED, CopyTracker
-from localspec.engine.sampling import SamplingParams
 from localspec.engine.tokens import common_prefix
 
 NGRAM_MIN = 2
@@ -122,8 +119,8 @@ class LookupMemory(NgramIndex):
             self.extend(kept)
 
 
-class NgramDrafter(Drafter):
-    name = "ngram"
+class PromptLookup:
+    """Prompt lookup over one sequence's text (and, with a memory, its earlier requests')."""
 
     def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX, memory: LookupMemory | None = None) -> None:
         if not 1 <= n_min <= n_max:
@@ -195,13 +192,52 @@ class NgramDrafter(Drafter):
         lookup = self.lookup(k)
         return [] if lookup.resumed else lookup.tokens
 
-    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        return Draft.deterministic(self.agreeing_run(k), sampling)
-
     def advance(self, tokens: Sequence[int]) -> None:
         self._index.extend(tokens)
         self._copy.advance(tokens, SEPARATOR)
 
 
+class Lookups:
+    """A PromptLookup per sequence, made on first use; `remember`: each keeps its sequence's earlier requests (a server
+    slot's, a conversation's), as an editor's next request copies the last answer."""
+
+    def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX, remember: bool = True) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError("n-gram sizes need 1 <= n_min <= n_max")
+        self.n_min, self.n_max, self.remember = n_min, n_max, remember
+        self._by_seq: dict[int, PromptLookup] = {}
+
+    def __getitem__(self, seq: int) -> PromptLookup:
+        lookup = self._by_seq.get(seq)
+        if lookup is None:
+            lookup = self._by_seq[seq] = PromptLookup(self.n_min, self.n_max, LookupMemory(self.n_min, self.n_max) if self.remember else None)
+        return lookup
+
+    def forget_requests(self) -> None:
+        for lookup in self._by_seq.values():
+            lookup.forget_requests()
+
+
+class NgramDrafter(Drafter):
+    """Prompt lookup's run, for each sequence asking."""
+
+    name = "ngram"
+
+    def __init__(self, lookups: Lookups | None = None) -> None:
+        self.lookups = lookups or Lookups()
+
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+        self.lookups[seq].start(prompt)
+
+    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
+        return [Draft.deterministic(self.lookups[ask.seq].agreeing_run(ask.k), ask.sampling) for ask in asks]
+
+    def accept(self, seq: int, tokens: Sequence[int]) -> None:
+        self.lookups[seq].advance(tokens)
+
+    def forget_requests(self) -> None:
+        self.lookups.forget_requests()
+
+
 def build(sources: DraftSources) -> Drafter:
-    return NgramDrafter(memory=LookupMemory())
+    return NgramDrafter()

@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from localspec.engine.errors import EngineError
 
 if TYPE_CHECKING:  # annotations only (see the module's docstring)
     from localspec.engine.drafters.base import Drafter, DraftSources
-
-
-# How the batch scheduler drafts for a slot (engine/batch/): nothing; the slot's prompt lookup; the draft model, drafting for
-# every such slot in one pass; or the planner's choice among those each step (auto).
-BatchRole = Literal["plain", "lookup", "model", "adaptive"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +28,7 @@ class DrafterSpec:
     module: str  # under localspec.engine.drafters, holding `build(sources) -> Drafter`
     builder: str = "build"
     target_sequences: int = 1  # sequences the target's cache must hold (a tree verifies two branches side by side)
-    batch_role: BatchRole | None = None  # how it runs in a shared batch of slots; None: it needs a sequence of its own
+    batchable: bool = True  # it drafts for several slots sharing the target's passes; False: it needs a sequence of its own
     chooses_k: bool = False  # it picks K itself each step: the K it is given is only a cap (defaults.AUTO_DRAFT_MAX)
 
     def build(self, sources: DraftSources) -> Drafter:
@@ -43,21 +38,21 @@ class DrafterSpec:
 
 _SPECS = (
     DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
-                False, "auto.controller", batch_role="adaptive", chooses_k=True),
-    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", batch_role="model"),
-    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram", batch_role="lookup"),
+                False, "auto.controller", chooses_k=True),
+    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model"),
+    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram"),
     DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
     DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
                 True, "hierarchical"),
     DrafterSpec("tree", "the draft model forks at an unsure token; both branches are verified in one target pass", True, "tree",
-                target_sequences=2),
+                target_sequences=2, batchable=False),
     DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
                 "draft_model", "build_self"),
-    DrafterSpec("none", "plain decoding", False, "base", "build_none", batch_role="plain"),
+    DrafterSpec("none", "plain decoding", False, "base", "build_none"),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
 DEFAULT = "auto"
-BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batch_role is not None)
+BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batchable)
 NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
 
 
@@ -68,11 +63,9 @@ def spec(name: str) -> DrafterSpec:
     return DRAFTERS[name]
 
 
-def batch_role(name: str) -> BatchRole:
-    """How several slots run `name` together; the one error, in one wording, where they cannot (the server at start
-    and per request, and the batch scheduler, all ask here)."""
-    role = spec(name).batch_role
-    if role is None:
+def check_batchable(name: str) -> None:
+    """The one error, in one wording, where several slots cannot run `name` together (the server at start and per
+    request, and the engine's batch, all ask here)."""
+    if not spec(name).batchable:
         raise EngineError(f"The {name} drafter needs a sequence of its own, so it runs one request at a time (--parallel 1); "
                           f"several slots run {', '.join(BATCH_DRAFTERS)}.")
-    return role

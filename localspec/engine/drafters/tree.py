@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.engine.drafters.base import Draft, Drafter, DraftSources, Fork
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, Fork
 from localspec.engine.drafters.draft_model import ModelDrafter
-from localspec.engine.sampling import SamplingParams, top_two
+from localspec.engine.sampling import top_two
 
 P_SPLIT = 0.1  # llama.cpp's default --p-split
 
@@ -30,10 +30,13 @@ class TreeDrafter(Drafter):
         self.models = model.models
         self.p_split = p_split
 
-    def start(self, prompt: Sequence[int]) -> None:
-        self.model.start(prompt)
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+        self.model.begin(seq, prompt)
 
-    def _chain(self, start: np.ndarray | int, k: int, p_min: float) -> tuple[list[int], tuple[int, int] | None]:
+    def read(self, seq: int, n: int) -> None:
+        self.model.read(seq, n)
+
+    def _chain(self, seq: int, start: np.ndarray | int, k: int, p_min: float) -> tuple[list[int], tuple[int, int] | None]:
         """Up to k greedy tokens from the logits `start` (or from a given first token), and the first place worth forking."""
         tokens: list[int] = []
         fork: tuple[int, int] | None = None
@@ -41,7 +44,7 @@ class TreeDrafter(Drafter):
             tokens.append(start)
             if k == 1:
                 return tokens, None
-            row = self.model.step(start)
+            row = self.model.step(seq, start)
         else:
             row = start
         while len(tokens) < k:
@@ -53,25 +56,28 @@ class TreeDrafter(Drafter):
             tokens.append(best)
             if len(tokens) == k:
                 break
-            row = self.model.step(best)
+            row = self.model.step(seq, best)
         return tokens, fork
 
-    def propose(self, k: int, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator) -> Draft:
-        if k <= 0:
+    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
+        return [self._propose(ask) for ask in asks]
+
+    def _propose(self, ask: Ask) -> Draft:
+        if ask.k <= 0:
             return Draft()
-        main, split = self._chain(self.model.feed([])[-1], k, p_min)
+        main, split = self._chain(ask.seq, self.model.feed(ask.seq, [])[-1], ask.k, ask.p_min)
         fork = None
         if split is not None:
             at, token = split
-            self.model.rewind(keep=at)  # back to the split point; the fork is drafted from there
-            branch, _ = self._chain(token, k - at, p_min)
+            self.model.rewind(ask.seq, keep=at)  # back to the split point; the fork is drafted from there
+            branch, _ = self._chain(ask.seq, token, ask.k - at, ask.p_min)
             fork = Fork(at, branch)
         # Both branches are deterministic candidates: at temperature > 0 the target samples its own token and
         # the branch holding it goes on, so every token still comes from p (q is one-hot).
-        return Draft.deterministic(main, sampling, fork)
+        return Draft.deterministic(main, ask.sampling, fork)
 
-    def advance(self, tokens: Sequence[int]) -> None:
-        self.model.advance(tokens)
+    def accept(self, seq: int, tokens: Sequence[int]) -> None:
+        self.model.accept(seq, tokens)
 
 
 def build(sources: DraftSources) -> Drafter:

@@ -3,13 +3,13 @@
 A slot's draft tokens join a target pass that the other slots' tokens already
 make, so they cost the marginal cost of a bigger batch (verify(n + k) - verify(n));
 the draft model's passes are shared the same way, one per draft position for
-every slot drafting that deep. The planner picks, for the slots left to auto,
+every slot drafting that deep. The planner picks, for the slots asking auto,
 the choice (plain, each K of lookup and of the draft model, the best hybrid)
 that maximises the batch's expected tokens over its expected time, one slot at a
 time given the others (coordinate ascent) from plain decoding, so speculation
 that does not pay is not chosen; a losing draft model is tried as the
-exploration budget allows. With one slot this is exactly auto's choice for a
-lone answer (controller.py asks it so). Acceptance is learned across slots and
+exploration budget allows. With one slot this is auto's choice for a lone
+answer. Acceptance is learned across slots and
 requests; each slot keeps its own answer's belief (belief.py).
 """
 
@@ -27,7 +27,6 @@ from localspec.engine.drafters.auto.confidence import ConfidenceClasses
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
-from localspec.engine.drafters.registry import BatchRole
 from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX, OVERHEAD_DECAY
 
 
@@ -60,7 +59,6 @@ def best_hybrid(costs: CostTable, pending: int, spread: float, n_lookup: int, k_
 class SlotOptions:
     """What a slot could draft this step."""
 
-    role: BatchRole  # how the request's drafter runs in the batch (the registry's batch_role)
     cap: int  # the most draft tokens it may take (its K, its room in the context, its tokens left)
     lookup: Lookup  # prompt lookup's run here (maybe empty)
     pending: int  # tokens the draft model must read before it drafts for this slot
@@ -93,8 +91,8 @@ class Planner:
         """A choice per slot. Prompt chunks that ride in the same pass are left out of the reckoning: they make extra draft
         tokens look nearly free in a long pass, and a pass lengthened that way would then let bigger chunks in."""
         self._drafting_ms.clear()  # the costs may have moved since the last plan
-        choices = [self._fixed(options) for options in slots]
-        auto = [i for i, options in enumerate(slots) if options.role == "adaptive" and options.cap > 0]
+        choices = [PLAIN] * len(slots)  # the ascent starts from plain decoding
+        auto = [i for i, options in enumerate(slots) if options.cap > 0]
         if auto:
             # A lone slot's first round is already the best of its candidates, and no other slot's tokens share its pass (_fill).
             alone = len(slots) == 1
@@ -152,17 +150,6 @@ class Planner:
         for i, k in ks.items():
             filled[i] = Choice("ngram", k, 1 + curves[i][k]) if k else PLAIN
         return filled, best_rate
-
-    def _fixed(self, options: SlotOptions) -> Choice:
-        """The choice of a slot whose request named its drafter (auto starts from plain decoding)."""
-        if options.role == "lookup" and options.lookup.tokens and not options.lookup.resumed and options.cap:
-            return self._lookup_choice(options.lookup, min(options.cap, len(options.lookup.tokens)))
-        if options.role == "model" and self.has_draft_model and options.cap:
-            return Choice("model", options.cap, 1 + self._model_curve(options, options.cap)[options.cap])
-        return PLAIN
-
-    def _lookup_choice(self, lookup: Lookup, k: int) -> Choice:
-        return Choice("ngram", k, 1 + self.lookup_acceptance.expected_accepted(lookup.match_length, k, own=lookup.own))
 
     def _model_curve(self, options: SlotOptions, k: int) -> list[float]:
         """The draft model's expected accepted tokens among its first 0..k, in the class of the slot's confidence."""
