@@ -123,6 +123,32 @@ class ModelDrafter(Drafter):
         self.passes = []
         work = [_Drafting(order, Draft()) for order in orders]
         active = [item for item in work if item.order.k > 0]
+        if len(active) == 1:
+            self._draft_alone(active[0])
+        elif active:
+            self._draft_together(active)
+        return [item.draft for item in work]
+
+    def _draft_alone(self, item: _Drafting) -> None:
+        """One sequence's draft, in as few operations between passes as its loop allows: every lone answer drafts here,
+        and what runs between a pass and the next adds to the time per token."""
+        order, draft = item.order, item.draft
+        state = self._seqs[order.seq]
+        tokens = [*state.pending, *order.after]
+        state.pending, state.speculated = [], list(order.after)
+        while True:
+            start = time.perf_counter_ns()
+            chosen = next_draft_token(self._decode(order.seq, tokens, 1)[-1], order.p_min, order.sampling, order.rng)
+            self.passes.append((len(tokens), (time.perf_counter_ns() - start) / 1e6))
+            if chosen is None:
+                return
+            draft.append(*chosen)
+            if len(draft.tokens) >= order.k:
+                return
+            tokens = [chosen[0]]
+            state.speculated.append(chosen[0])
+
+    def _draft_together(self, active: list[_Drafting]) -> None:
         entries: list[tuple[int, int, int, bool]] = []
         for item in active:
             seq = item.order.seq
@@ -141,7 +167,6 @@ class ModelDrafter(Drafter):
                 seq, token = item.order.seq, item.draft.tokens[-1]
                 entries.append((token, len(self.model.cells.tokens[seq]), seq, True))
                 self._seqs[seq].speculated.append(token)
-        return [item.draft for item in work]
 
     def _decode_and_choose(self, entries: list[tuple[int, int, int, bool]], owners: list[_Drafting]) -> None:
         """Decode (in n_batch pieces if a catch-up is long), choosing each owner's next token from its row as it comes
@@ -150,11 +175,10 @@ class ModelDrafter(Drafter):
         n_batch = self.model.n_batch
         for start in range(0, len(entries), n_batch):
             piece = entries[start : start + n_batch]
-            rows = self.model.decode_sequences(piece)
-            for row_index in range(sum(1 for entry in piece if entry[3])):
+            for row in self.model.decode_sequences(piece):
                 item = owners[owner_index]
                 order = item.order
-                chosen = next_draft_token(rows[row_index], order.p_min, order.sampling, order.rng)
+                chosen = next_draft_token(row, order.p_min, order.sampling, order.rng)
                 if chosen is not None:
                     item.draft.append(*chosen)
                 item.done = chosen is None or len(item.draft.tokens) >= order.k
@@ -162,16 +186,22 @@ class ModelDrafter(Drafter):
 
     def _decode(self, seq: int, tokens: Sequence[int], outputs: int) -> np.ndarray:
         """Append `tokens` to `seq`'s cells; the logits of the last `outputs`. A long catch-up goes in n_batch pieces,
-        the earlier ones asking no rows, so the rows always come from one pass."""
-        pos0 = len(self.model.cells.tokens[seq])
-        entries = [(token, pos0 + i, seq, i >= len(tokens) - outputs) for i, token in enumerate(tokens)]
-        head = len(entries) - outputs
+        the earlier ones asking no rows, so the rows always come from one pass. Sequence 0 takes the model's
+        one-sequence pass, which places its tokens in one call."""
+        outputs = min(outputs, len(tokens))
         n_batch = self.model.n_batch
-        while len(entries) > n_batch and head > 0:
-            n = min(head, len(entries) - n_batch, n_batch)
-            self.model.decode_sequences(entries[:n])
-            entries, head = entries[n:], head - n
-        return self.model.decode_sequences(entries)
+        while len(tokens) > n_batch and len(tokens) - outputs > 0:
+            n = min(len(tokens) - outputs, len(tokens) - n_batch, n_batch)
+            self._pass(seq, tokens[:n], 0)
+            tokens = tokens[n:]
+        return self._pass(seq, tokens, outputs)
+
+    def _pass(self, seq: int, tokens: Sequence[int], outputs: int) -> np.ndarray:
+        if seq == 0:
+            return self.model.decode(tokens, outputs)
+        pos0 = len(self.model.cells.tokens[seq])
+        first_output = len(tokens) - outputs
+        return self.model.decode_sequences([(token, pos0 + i, seq, i >= first_output) for i, token in enumerate(tokens)])
 
     def feed(self, seq: int, prefix: Sequence[int], outputs: int = 1) -> np.ndarray:
         """Catch `seq` up on its pending tokens, then decode `prefix` as speculation; logits of the last `outputs` tokens."""
