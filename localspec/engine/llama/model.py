@@ -356,13 +356,6 @@ class Model:
         """A fresh answer's grammar state over this model's vocabulary (engine/grammar.py)."""
         return Grammar(self.vocab.handle, self.n_vocab, gbnf)
 
-    def keep_cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Cut the cache back to its longest prefix shared with `tokens`, however it was read (a draft's cells change
-        only how fast the answer comes, not what it says); how many tokens stay."""
-        keep = common_prefix(list(tokens), self.kv_tokens)
-        self.truncate(keep)
-        return keep
-
     def prefill(self, tokens: Sequence[int]) -> int:
         """Make the cache hold exactly `tokens`, read as a prompt (prompt_passes); how many cached cells were reused."""
         keep = prompt_passes.reusable_prefix(common_prefix(list(tokens), self.kv_tokens), self.canonical_n, len(tokens))
