@@ -35,7 +35,7 @@ class Decoder:
         failures: list[BaseException] = []
         slot = self._loop.add(SlotRequest(prompt, config, self.drafter, events.append, failures.append, cancel or threading.Event()))
         try:
-            while slot.busy:
+            while slot.generation is not None:
                 self._loop.step()
                 if failures:
                     raise failures[0]

@@ -124,7 +124,8 @@ class BatchScheduler:
     def step(self) -> None:
         """Advance every busy slot by one pass. A failed pass ends every request in it with the error."""
         try:
-            self._step()
+            if len(self.slots) > 1 or not self._solo_step(self.slots[0]):
+                self._step()
         except EngineError as exc:
             self.abort(exc)
 
@@ -137,8 +138,6 @@ class BatchScheduler:
             self._free(slot)
 
     def _step(self) -> None:
-        if len(self.slots) == 1 and self._solo_step(self.slots[0]):
-            return
         for slot in self.slots:
             if slot.generation is not None and slot.generation.request.cancel.is_set():
                 prompt = slot.job.prompt
@@ -240,10 +239,15 @@ class BatchScheduler:
         generation = slot.generation
         if generation is None or slot.last < 0 or generation.request.cancel.is_set():
             return False
-        room = self.share - len(slot.cached) - 1
+        room = self.share - len(self.target.kv_tokens) - 1  # a lone slot is sequence 0
         if room < 0:
             return False
-        self._emit(slot, *solo_step(self.target, slot, room))
+        events, reason = solo_step(self.target, slot, generation, room)
+        emit = generation.request.emit  # _emit's work, without its lookups: this runs between every two passes
+        for event in events:
+            emit(event)
+        if reason is not None:
+            self._finish(slot, reason)
         return True
 
     def _first_token(self, slot: Slot, row: np.ndarray) -> None:

@@ -12,16 +12,15 @@ from __future__ import annotations
 import time
 
 from localspec.engine.answer import emitted_tokens, judge, top2_margins
-from localspec.engine.batch.slot import Slot
+from localspec.engine.batch.slot import Generation, Slot
 from localspec.engine.drafters.base import Ask
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
 
 
-def solo_step(target: Model, slot: Slot, room: int) -> tuple[list[TokenEvent], StopReason | None]:
+def solo_step(target: Model, slot: Slot, generation: Generation, room: int) -> tuple[list[TokenEvent], StopReason | None]:
     """Draft up to K tokens, verify [last, *draft] in one target pass, keep the verdict, roll back the rest; the tokens
-    as events, and whether the answer ended. `room`: the cells left after `last`."""
-    generation = slot.job
+    as events, and whether the answer ended. `generation`: the slot's; `room`: the cells left after `last`."""
     drafter = generation.request.drafter
     assert slot.seq == 0  # a lone slot is sequence 0: the one-sequence API's
     config, stats, rng = generation.request.config, generation.stats, generation.rng
