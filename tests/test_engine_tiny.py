@@ -265,7 +265,7 @@ def test_vetting_after_more_than_a_batch_of_pending_tokens_keeps_its_rows_aligne
         vetting.read(0, len(prompt))
         vetting.accept(0, settled_later)
         assert vetting.pending_tokens(0) + len(proposal) - 1 == 17 and narrow.n_batch == 8
-        assert vetting.agreed_prefix(0, proposal) == len(proposal)
+        assert vetting.agreed_prefixes([(0, proposal)]) == [len(proposal)]
         assert narrow.kv_tokens == [*prompt, *settled_later, *proposal[:-1]]
 
 

@@ -216,17 +216,33 @@ class ModelDrafter(Drafter):
         self._seqs[seq].speculated.append(token)
         return row
 
-    def agreed_prefix(self, seq: int, proposal: Sequence[int]) -> int:
-        """How many leading tokens of `proposal` the draft itself would have chosen greedily (one batched pass)."""
-        if not proposal:
-            return 0
-        rows = self.feed(seq, proposal[:-1], outputs=len(proposal))
-        best = rows.argmax(axis=1)
-        n = 0
-        while n < len(proposal) and best[n] == proposal[n]:
-            n += 1
-        self.rewind(seq, keep=n)
-        return n
+    def agreed_prefixes(self, proposals: Sequence[tuple[int, Sequence[int]]]) -> list[int]:
+        """For each (sequence, proposal), how many leading tokens of the proposal the draft itself would have chosen
+        greedily: every sequence's vetting in one batched pass (in n_batch pieces if a catch-up is long)."""
+        entries: list[tuple[int, int, int, bool]] = []
+        owners: list[int] = []  # the proposal each wanted row vets, in entry order
+        for index, (seq, proposal) in enumerate(proposals):
+            if not proposal:
+                continue
+            state = self._seqs[seq]
+            tokens = [*state.pending, *proposal[:-1]]  # the last pending token's row judges the proposal's first
+            pos0, first_row = len(self.model.cells.tokens[seq]), len(tokens) - len(proposal)
+            entries += [(token, pos0 + i, seq, i >= first_row) for i, token in enumerate(tokens)]
+            owners += [index] * len(proposal)
+            state.pending, state.speculated = [], list(proposal[:-1])
+        chosen: list[list[int]] = [[] for _ in proposals]
+        rows = iter(owners)
+        n_batch = self.model.n_batch
+        for start in range(0, len(entries), n_batch):
+            for row in self.model.decode_sequences(entries[start : start + n_batch]):
+                chosen[next(rows)].append(int(row.argmax()))
+        agreed = []
+        for (seq, proposal), best in zip(proposals, chosen):
+            n = common_prefix(best, proposal)
+            if proposal:
+                self.rewind(seq, keep=n)
+            agreed.append(n)
+        return agreed
 
     def rewind(self, seq: int, keep: int) -> None:
         """Keep only the first `keep` speculated tokens of `seq` in the cache."""

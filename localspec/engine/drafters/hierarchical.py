@@ -20,13 +20,10 @@ class HierarchicalDrafter(LookupModelDrafter):
     name = "hierarchical"
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
-        drafts = []
-        for ask in asks:
-            run = self.lookups[ask.seq].agreeing_run(ask.k)
-            agreed = run[: self.model.agreed_prefix(ask.seq, run)]
-            # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).
-            drafts.append(Draft.deterministic(agreed, ask.sampling))
-        return drafts
+        runs = [self.lookups[ask.seq].agreeing_run(ask.k) for ask in asks]
+        agreed = self.model.agreed_prefixes([(ask.seq, run) for ask, run in zip(asks, runs)])
+        # The vetting is greedy and deterministic, so each proposed token's q is one-hot (lossless at any temperature).
+        return [Draft.deterministic(run[:n], ask.sampling) for ask, run, n in zip(asks, runs, agreed)]
 
 
 def build(sources: DraftSources) -> Drafter:
