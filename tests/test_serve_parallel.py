@@ -41,7 +41,8 @@ def ask(server: LiveServer, prompt: str, drafter: str = "auto", max_tokens: int 
 
 
 def test_clients_at_once_each_get_the_answer_they_get_alone(server, alone):
-    jobs = [(PROMPTS[i % 4], ["auto", "model", "ngram", "none"][i // 4 % 4]) for i in range(16)]
+    drafters = ["auto", "model", "ngram", "none", "hybrid", "hierarchical"]  # every one that shares a batch but self
+    jobs = [(PROMPTS[i % 4], drafters[i // 4]) for i in range(4 * len(drafters))]
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda job: ask(server, *job), jobs))
     assert answers == [alone[prompt] for prompt, _ in jobs]
