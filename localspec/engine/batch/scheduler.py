@@ -1,14 +1,15 @@
 """The decode loop, for one slot or many: every busy slot advances in one target pass per step (continuous batching).
 
-A step: cancelled slots free their cells; the planner picks each generating
-slot's draft; the draft model drafts them together (one pass per position);
-then ONE target pass holds every generating slot's [last, d1..dK] and, in the
-room a step's worth of time leaves, a chunk of each new prompt; each slot is
-verified and rolled back on its own sequence. A request that arrives joins at
-the next step, and its prompt never stalls the others for more than a step.
-The pass that reads a prompt's last token judges its first answer token: it
-waits for no draft. A request that brings its own one-sequence drafter (every
-Decoder's does) runs in a scheduler of one slot and takes solo.py's step.
+A step: cancelled slots free their cells; each drafter proposes for all the
+generating slots it serves at once (a draft model in one pass per position,
+auto choosing for its slots together); then ONE target pass holds every
+generating slot's [last, d1..dK] and, in the room a step's worth of time
+leaves, a chunk of each new prompt; each slot is verified and rolled back on
+its own sequence, and its drafter hears what it settled. A request that arrives
+joins at the next step, and its prompt never stalls the others for more than a
+step. The pass that reads a prompt's last token judges its first answer token:
+it waits for no draft. A scheduler's lone slot (every Decoder's) takes
+solo.py's step once its first token is out.
 
 Each slot may use 1/N of the context (n_ctx over the slots), so no slot can take
 the cells another needs; a finished slot keeps its cells as a prompt cache (a
