@@ -131,12 +131,15 @@ class BatchScheduler:
             self.abort(exc)
 
     def abort(self, error: BaseException) -> None:
-        """End every running request with `error` and empty the caches (after a failed pass, what they hold is unknown)."""
+        """End every running request with `error` and empty the caches, its drafters' models' too (after a failed pass,
+        what they hold is unknown; a drafter's next begin() finds its sequence empty)."""
+        models = self._models()
         for slot in self.slots:
             if slot.generation is not None:
                 slot.job.request.fail(error)
                 slot.generation = None
-            self._free(slot)
+            for model in models:
+                model.forget(slot.seq)
 
     def _step(self) -> None:
         for slot in self.slots:
@@ -322,9 +325,6 @@ class BatchScheduler:
         freeing the prompt too would make every request after a cancelled one read the whole file again. A drafter's
         model cuts its own cells back when its sequence next begins."""
         prompt_cache.cut(slot, common_prefix(slot.cached, prompt))
-
-    def _free(self, slot: Slot) -> None:
-        self.target.forget(slot.seq)
 
     def _models(self) -> list[Model]:
         """The target and every model the busy slots' drafters decode with: whose decode time is the step's llama time."""

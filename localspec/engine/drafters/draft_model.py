@@ -13,7 +13,7 @@ draft; that is the cost saved here.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,9 +133,8 @@ class ModelDrafter(Drafter):
         """One sequence's draft, in as few operations between passes as its loop allows: every lone answer drafts here,
         and what runs between a pass and the next adds to the time per token."""
         order, draft = item.order, item.draft
-        state = self._seqs[order.seq]
-        tokens = [*state.pending, *order.after]
-        state.pending, state.speculated = [], list(order.after)
+        tokens = self._unread(order.seq, order.after)
+        speculated = self._seqs[order.seq].speculated
         while True:
             start = time.perf_counter_ns()
             chosen = next_draft_token(self._decode(order.seq, tokens, 1)[-1], order.p_min, order.sampling, order.rng)
@@ -146,43 +145,47 @@ class ModelDrafter(Drafter):
             if len(draft.tokens) >= order.k:
                 return
             tokens = [chosen[0]]
-            state.speculated.append(chosen[0])
+            speculated.append(chosen[0])
 
     def _draft_together(self, active: list[_Drafting]) -> None:
         entries: list[tuple[int, int, int, bool]] = []
         for item in active:
-            seq = item.order.seq
-            state = self._seqs[seq]
-            unread = [*state.pending, *item.order.after]
-            pos0 = len(self.model.cells.tokens[seq])
-            entries += [(token, pos0 + i, seq, i == len(unread) - 1) for i, token in enumerate(unread)]
-            state.pending, state.speculated = [], list(item.order.after)
+            entries += self._entries(item.order.seq, self._unread(item.order.seq, item.order.after), 1)
         while active:
             start = time.perf_counter_ns()
-            self._decode_and_choose(entries, active)
-            self.passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))
-            active = [item for item in active if not item.done]
-            entries = []
-            for item in active:
-                seq, token = item.order.seq, item.draft.tokens[-1]
-                entries.append((token, len(self.model.cells.tokens[seq]), seq, True))
-                self._seqs[seq].speculated.append(token)
-
-    def _decode_and_choose(self, entries: list[tuple[int, int, int, bool]], owners: list[_Drafting]) -> None:
-        """Decode (in n_batch pieces if a catch-up is long), choosing each owner's next token from its row as it comes
-        (a row is llama.cpp's buffer, valid until the next pass)."""
-        owner_index = 0
-        n_batch = self.model.n_batch
-        for start in range(0, len(entries), n_batch):
-            piece = entries[start : start + n_batch]
-            for row in self.model.decode_sequences(piece):
-                item = owners[owner_index]
+            for item, row in zip(active, self._rows(entries), strict=True):
                 order = item.order
                 chosen = next_draft_token(row, order.p_min, order.sampling, order.rng)
                 if chosen is not None:
                     item.draft.append(*chosen)
                 item.done = chosen is None or len(item.draft.tokens) >= order.k
-                owner_index += 1
+            self.passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))
+            active = [item for item in active if not item.done]
+            entries = []
+            for item in active:
+                token = item.draft.tokens[-1]
+                entries += self._entries(item.order.seq, [token], 1)
+                self._seqs[item.order.seq].speculated.append(token)
+
+    def _unread(self, seq: int, speculation: Sequence[int]) -> list[int]:
+        """What `seq`'s next pass reads: its pending tokens, then `speculation`, which its cells then hold past the
+        accepted text."""
+        state = self._seqs[seq]
+        tokens = [*state.pending, *speculation]
+        state.pending, state.speculated = [], list(speculation)
+        return tokens
+
+    def _entries(self, seq: int, tokens: Sequence[int], rows: int) -> list[tuple[int, int, int, bool]]:
+        """`tokens` as a pass's entries for `seq`, placed after its cells, the last `rows` asking for logits."""
+        pos0, first_row = len(self.model.cells.tokens[seq]), len(tokens) - rows
+        return [(token, pos0 + i, seq, i >= first_row) for i, token in enumerate(tokens)]
+
+    def _rows(self, entries: list[tuple[int, int, int, bool]]) -> Iterator[np.ndarray]:
+        """Decode the entries (in n_batch pieces if a catch-up is long), each row asked for as its piece comes: a row is
+        llama.cpp's buffer, valid until the next pass."""
+        n_batch = self.model.n_batch
+        for start in range(0, len(entries), n_batch):
+            yield from self.model.decode_sequences(entries[start : start + n_batch])
 
     def _decode(self, seq: int, tokens: Sequence[int], outputs: int) -> np.ndarray:
         """Append `tokens` to `seq`'s cells; the logits of the last `outputs`. A long catch-up goes in n_batch pieces,
@@ -199,16 +202,11 @@ class ModelDrafter(Drafter):
     def _pass(self, seq: int, tokens: Sequence[int], outputs: int) -> np.ndarray:
         if seq == 0:
             return self.model.decode(tokens, outputs)
-        pos0 = len(self.model.cells.tokens[seq])
-        first_output = len(tokens) - outputs
-        return self.model.decode_sequences([(token, pos0 + i, seq, i >= first_output) for i, token in enumerate(tokens)])
+        return self.model.decode_sequences(self._entries(seq, tokens, outputs))
 
     def feed(self, seq: int, prefix: Sequence[int], outputs: int = 1) -> np.ndarray:
         """Catch `seq` up on its pending tokens, then decode `prefix` as speculation; logits of the last `outputs` tokens."""
-        state = self._seqs[seq]
-        rows = self._decode(seq, [*state.pending, *prefix], outputs)
-        state.pending, state.speculated = [], list(prefix)
-        return rows
+        return self._decode(seq, self._unread(seq, prefix), outputs)
 
     def step(self, seq: int, token: int) -> np.ndarray:
         """Decode one speculated token; the logits that follow it."""
@@ -220,22 +218,14 @@ class ModelDrafter(Drafter):
         """For each (sequence, proposal), how many leading tokens of the proposal the draft itself would have chosen
         greedily: every sequence's vetting in one batched pass (in n_batch pieces if a catch-up is long)."""
         entries: list[tuple[int, int, int, bool]] = []
-        owners: list[int] = []  # the proposal each wanted row vets, in entry order
+        owners: list[int] = []  # the proposal each row vets, in entry order
         for index, (seq, proposal) in enumerate(proposals):
-            if not proposal:
-                continue
-            state = self._seqs[seq]
-            tokens = [*state.pending, *proposal[:-1]]  # the last pending token's row judges the proposal's first
-            pos0, first_row = len(self.model.cells.tokens[seq]), len(tokens) - len(proposal)
-            entries += [(token, pos0 + i, seq, i >= first_row) for i, token in enumerate(tokens)]
-            owners += [index] * len(proposal)
-            state.pending, state.speculated = [], list(proposal[:-1])
+            if proposal:  # the last pending token's row judges the proposal's first token
+                entries += self._entries(seq, self._unread(seq, proposal[:-1]), len(proposal))
+                owners += [index] * len(proposal)
         chosen: list[list[int]] = [[] for _ in proposals]
-        rows = iter(owners)
-        n_batch = self.model.n_batch
-        for start in range(0, len(entries), n_batch):
-            for row in self.model.decode_sequences(entries[start : start + n_batch]):
-                chosen[next(rows)].append(int(row.argmax()))
+        for index, row in zip(owners, self._rows(entries), strict=True):
+            chosen[index].append(int(row.argmax()))
         agreed = []
         for (seq, proposal), best in zip(proposals, chosen):
             n = common_prefix(best, proposal)

@@ -201,16 +201,14 @@ class Lookups:
     """A PromptLookup per sequence, made on first use; `remember`: each keeps its sequence's earlier requests (a server
     slot's, a conversation's), as an editor's next request copies the last answer."""
 
-    def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX, remember: bool = True) -> None:
-        if not 1 <= n_min <= n_max:
-            raise ValueError("n-gram sizes need 1 <= n_min <= n_max")
-        self.n_min, self.n_max, self.remember = n_min, n_max, remember
+    def __init__(self, remember: bool = True) -> None:
+        self.remember = remember
         self._by_seq: dict[int, PromptLookup] = {}
 
     def __getitem__(self, seq: int) -> PromptLookup:
         lookup = self._by_seq.get(seq)
         if lookup is None:
-            lookup = self._by_seq[seq] = PromptLookup(self.n_min, self.n_max, LookupMemory(self.n_min, self.n_max) if self.remember else None)
+            lookup = self._by_seq[seq] = PromptLookup(memory=LookupMemory() if self.remember else None)
         return lookup
 
     def forget_requests(self) -> None:

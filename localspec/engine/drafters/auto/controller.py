@@ -11,7 +11,7 @@ costs are kept between runs (cost_cache.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,15 +124,16 @@ class AutoDrafter(Drafter):
                 # Greedy at T > 0 too: its tokens are then judged as lookup's are, one draw for each settled position, so a
                 # seed writes plain sampling's answer whatever auto chose (verify_speculative).
                 orders.append(DraftOrder.of(ask, option.lookup.tokens[: choice.lookup_k], k=choice.model_k, greedy=True))
-        continuations = iter(self.model.draft(orders) if self.model is not None and orders else [])
+        continuations: Iterator[Draft] = iter(())
         self._drafting_ms = 0.0
         if orders and self.model is not None:
+            continuations = iter(self.model.draft(orders))
             for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its tokens' choice included
                 self.planner.observe_draft_pass(n_tokens, ms)
                 self._drafting_ms += ms
         drafts = []
         for ask, answer, option, choice in zip(asks, answers, options, choices):
-            if self.model is not None and choice.model_k:
+            if orders and choice.model_k:
                 draft = Draft.deterministic([*option.lookup.tokens[: choice.lookup_k], *next(continuations).tokens], ask.sampling)
                 answer.drafted = len(draft.tokens)
             else:
@@ -147,7 +148,6 @@ class AutoDrafter(Drafter):
         belief.stepped(self.costs, choice.k if choice.source == "ngram" else 0, tokens)
         if answer.drafted is not None:
             self.planner.observe_model(choice, belief.asked_class, answer.drafted, len(tokens) - 1)
-        answer.choice, answer.drafted = PLAIN, None
         answer.shadows = self.planner.settle(answer.shadows, tokens, belief.copy_effect)
         self.lookups[seq].advance(tokens)
         if self.model is not None:
