@@ -94,6 +94,18 @@ def test_bench_at_a_temperature_compares_speculative_sampling_with_sample_and_ma
     assert seeds == {"a": {0}, "b": {1}}  # every mode of a prompt sampled with the same seed
 
 
+def test_drafters_none_benches_plain_against_auto_alone(tmp_path, tiny):
+    out = tmp_path / "bench.json"
+    result = bench(tmp_path, tiny, "--drafters", "none", "--only", "fresh-code,fresh-chat", "--json", str(out), charts=False)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert [mode["label"] for mode in data["modes"]] == ["plain", f"auto K≤{AUTO_DRAFT_MAX}"]
+    assert {p["category"] for p in data["prompts"]} == {"fresh-code", "fresh-chat"}
+    assert sum(p["category"] == "fresh-code" for p in data["prompts"]) >= 6 and sum(p["category"] == "fresh-chat" for p in data["prompts"]) >= 6
+    # No fixed drafter ran: the category table says so instead of a ratio of nothing.
+    assert re.search(r"fresh-code\s+\d+\.\d\s+-\s+-\s+\d\.\d\d\s+-", result.stdout), result.stdout
+
+
 def test_bench_refuses_unknown_drafters(tmp_path, tiny):
     result = bench(tmp_path, tiny, "--drafters", "model,magic")
     assert result.returncode == 2 and "--drafters takes a comma-separated list" in result.stderr

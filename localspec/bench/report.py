@@ -124,7 +124,8 @@ def _print_categories(result: BenchResult) -> None:
     for row in category_table(result):
         share = f"{row.auto_ratio / row.best_ratio:11.2f}" if row.best_ratio else f"{'-':>11}"
         ceiling = f"{row.ceiling_ratio:8.2f}" if row.ceiling_ratio is not None else f"{'-':>8}"
-        print(f"{row.category:<18} {row.plain_per_second:11.1f} {row.best.label if row.best else '-':>22} {row.best_ratio:7.2f} "
+        best_ratio = f"{row.best_ratio:7.2f}" if row.best else f"{'-':>7}"
+        print(f"{row.category:<18} {row.plain_per_second:11.1f} {row.best.label if row.best else '-':>22} {best_ratio} "
               f"{row.auto_ratio:11.2f} {share} {ceiling}")
     auto_runs = [m for m in result.measurements if m.mode.drafter == "auto"]
     if not auto_runs:

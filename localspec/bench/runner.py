@@ -41,6 +41,7 @@ from localspec.session.generation_request import draft_p_min
 
 # Every fixed drafter: auto runs beside them, and plain decoding is the baseline of every ratio.
 BENCH_DRAFTERS = tuple(name for name in registry.DRAFTERS if name not in ("auto", "none"))
+NO_FIXED_DRAFTER = "none"  # --drafters none: plain and auto alone, the comparison a new user's first question asks
 
 
 T = TypeVar("T")
@@ -96,13 +97,16 @@ def parse_p_mins(text: str) -> list[float]:
 
 
 def parse_drafters(text: str | None, have_draft_model: bool) -> list[str]:
-    """The fixed drafters to sweep: as given, else every one this pair can run."""
+    """The fixed drafters to sweep: as given (`none`: not one, so plain and auto alone), else every one this pair can run."""
     if text is None:
         return [d for d in BENCH_DRAFTERS if have_draft_model or not registry.DRAFTERS[d].needs_draft_model]
     names = [part.strip() for part in text.split(",") if part.strip()]
+    if names == [NO_FIXED_DRAFTER]:
+        return []
     unknown = [n for n in names if n not in BENCH_DRAFTERS]
     if unknown or not names:
-        raise UsageError(f"--drafters takes a comma-separated list of {', '.join(BENCH_DRAFTERS)}, not {text!r}")
+        raise UsageError(f"--drafters takes a comma-separated list of {', '.join(BENCH_DRAFTERS)} (or {NO_FIXED_DRAFTER}: plain and "
+                         f"auto alone), not {text!r}")
     needing = [n for n in names if registry.DRAFTERS[n].needs_draft_model]
     if needing and not have_draft_model:
         without = ", ".join(d for d in BENCH_DRAFTERS if d in registry.NO_DRAFT_MODEL)

@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", help="comma-separated prompt ids or categories to run (default: every prompt)")
     bench.add_argument("--draft-max", default="1,2,4,8", help="comma-separated K values to sweep (default 1,2,4,8)")
     bench.add_argument("--auto-max", type=int, help=f"auto's K cap (default: {defaults.AUTO_DRAFT_MAX}, as generate, serve and the app run it)")
-    bench.add_argument("--drafters", help="comma-separated fixed drafters to sweep (default: all the pair can run; auto always runs)")
+    bench.add_argument("--drafters", help="comma-separated fixed drafters to sweep (default: all the pair can run; none: plain and auto alone; "
+                                          "auto always runs)")
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="0 (default) checks every mode against plain output; above 0 also compares speculative sampling with sample-and-match")
     bench.add_argument("--seed", type=int, default=0, help="at temperature > 0, prompt i samples with seed+i in every mode (default 0)")
