@@ -61,7 +61,7 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     for m in data["measurements"]:
         assert m["departs_at"] is None, m["mode"]  # every drafter is lossless here
         assert len(m["margins"]) == len(m["tokens"]) and min(m["margins"]) >= 0.0
-        if m["drafter"] == "model":
+        if m["drafter"] == "model" and m["stats"]["draft_n"]:  # (under p-min the unsure tiny draft may offer nothing)
             assert m["stats"]["acceptance_rate"] == 1.0  # an identical draft
     assert {p["category"] for p in data["prompts"]} >= {"code-writing", "code-editing", "chat", "creative", "repetition-chat"}
     # Lookup with foresight, per prompt: never below plain, since it may always choose not to draft.
