@@ -158,6 +158,8 @@ def _print_auto(result: BenchResult) -> None:
     shares = sorted(stats.decisions.items(), key=lambda item: -item[1])
     steps = sum(stats.decisions.values()) or 1
     print("  " + ", ".join(f"{label} {100 * n / steps:.0f}%" for label, n in shares[:8]))
+    dear = sorted(stats.draft_ms_by_decision.items(), key=lambda item: -item[1])
+    print("  drafting time per choice: " + ", ".join(f"{label} {ms:.0f} ms" for label, ms in dear[:6]))
     predicted = stats.predicted_tokens_per_step
     if predicted is not None:
         print(f"  tokens per step: predicted {predicted:.2f}, got {stats.tokens_per_step:.2f}")

@@ -35,6 +35,8 @@ class GenerationStats:
     # the auto controller's choices: {"ngram K=6": steps, ...}, and the tokens per step it predicted in total
     decisions: dict[str, int] = field(default_factory=dict)
     predicted_tokens_total: float = 0.0
+    # ...and the drafting time each choice took in all ({"model K=3": ms}): where t_draft_ms went (issue 55)
+    draft_ms_by_decision: dict[str, float] = field(default_factory=dict)
     # tree drafts: steps that verified two branches, and those where the target's choice lay on the fork
     n_forks: int = 0
     n_fork_accepted: int = 0
@@ -55,9 +57,10 @@ class GenerationStats:
         entry[0] += 1
         entry[1] += target_decode_ms
 
-    def record_decision(self, label: str, predicted_tokens: float) -> None:
+    def record_decision(self, label: str, predicted_tokens: float, draft_ms: float) -> None:
         self.decisions[label] = self.decisions.get(label, 0) + 1
         self.predicted_tokens_total += predicted_tokens
+        self.draft_ms_by_decision[label] = self.draft_ms_by_decision.get(label, 0.0) + draft_ms
 
     @property
     def predicted_tokens_per_step(self) -> float | None:
@@ -89,6 +92,8 @@ class GenerationStats:
                 entry[1] += ms
             for label, count in s.decisions.items():
                 total.decisions[label] = total.decisions.get(label, 0) + count
+            for label, ms in s.draft_ms_by_decision.items():
+                total.draft_ms_by_decision[label] = total.draft_ms_by_decision.get(label, 0.0) + ms
         return total
 
     @property

@@ -297,7 +297,7 @@ class BatchScheduler:
         slot.last = verdict.token
         stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
         if draft.choice is not None:
-            stats.record_decision(draft.choice.label, draft.choice.predicted)
+            stats.record_decision(draft.choice.label, draft.choice.predicted, draft_ms)
         drafter.accept(slot.seq, [*verdict.accepted, verdict.token])
         self._emit(slot, *emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config))
 

@@ -51,7 +51,7 @@ def solo_step(target: Model, slot: Slot, generation: Generation, room: int) -> t
     t3 = time.perf_counter_ns()
     drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6, (t3 - t0 - (t2 - t1)) / 1e6)
     if draft.choice is not None:
-        stats.record_decision(draft.choice.label, draft.choice.predicted)
+        stats.record_decision(draft.choice.label, draft.choice.predicted, (t1 - t0) / 1e6)
     stats.record_step(draft.n_tokens, verdict.n_accepted, (t1 - t0) / 1e6, (t3 - t1) / 1e6, (t2 - t1) / 1e6, draft.depth)
     slot.last = verdict.token
     return emitted_tokens(target, draft, verdict, margins, generation.text, stats, config)
