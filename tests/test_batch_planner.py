@@ -6,10 +6,10 @@ from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
-from localspec.engine.drafters.auto.planner import Choice, Planner, SlotOptions
+from localspec.engine.drafters.auto.planner import PLAIN, Choice, Planner, SlotOptions
 from localspec.engine.drafters.ngram import Lookup
-from localspec.engine.tuning import MIN_PREFILL_CHUNK
-from tests.test_drafters import GPU_LIKE
+from localspec.engine.tuning import EXPLORE_SHARE, MIN_PREFILL_CHUNK
+from tests.test_drafters import GPU_LIKE, asked_before
 
 # A target whose passes cost nearly the same up to 4 tokens, then grow with every token (a GPU, or a Q8 target on a CPU).
 CHEAP_TO_FOUR = {1: 10.0, 2: 11.0, 4: 13.0, 8: 40.0, 16: 80.0, 32: 160.0, 64: 320.0}
@@ -49,10 +49,35 @@ def test_slots_draft_together_where_a_pass_is_cheap_only_when_filled():
 
 def test_the_draft_model_is_chosen_only_where_its_passes_pay():
     no_lookup = [SlotOptions(8, Lookup(), 1)]
-    [cheap] = planner(CHEAP_TO_FOUR, draft_ms=0.5).plan(no_lookup)
+    cheap_draft = planner(CHEAP_TO_FOUR, draft_ms=0.5)
+    asked_before(cheap_draft)
+    [cheap] = cheap_draft.plan(no_lookup)
     assert cheap.source == "model" and cheap.k >= 1
-    [dear] = planner(CHEAP_TO_FOUR, draft_ms=20.0).plan(no_lookup)  # a draft pass twice the target's own: never worth it
+    dear_draft = planner(CHEAP_TO_FOUR, draft_ms=20.0)  # a draft pass twice the target's own: never worth it
+    asked_before(dear_draft)
+    [dear] = dear_draft.plan(no_lookup)
     assert dear.k == 0
+
+
+def test_a_draft_its_evidence_does_not_vouch_for_is_asked_only_as_a_try_the_budget_pays_for():
+    """The priors say a draft is worth asking; nothing it has done says so. Such an ask is a try: taken only once the
+    exploration budget covers what it would lose with none of its tokens accepted, so asks of a draft that never agrees
+    cost no more than the budget's share of the time; once its asks have agreed, it is asked on its merits."""
+    plan = planner(CHEAP_TO_FOUR, draft_ms=0.5)
+    no_lookup = [SlotOptions(8, Lookup(), 1)]
+    plain_ms = spent_ms = 0.0
+    steps = []
+    for _ in range(400):
+        [choice] = plan.plan(no_lookup)
+        steps.append(choice)
+        plain_ms += plan.step_ms([PLAIN], no_lookup)
+        spent_ms += plan.step_ms([choice], no_lookup)  # none of its tokens accepted: each ask's whole cost is lost
+    tries = [i for i, choice in enumerate(steps) if choice.model_k]
+    assert tries and tries[0] > 0  # not on the priors at once: the first try waited for the budget
+    assert spent_ms <= (1 + EXPLORE_SHARE) * plain_ms
+    for _ in range(4):
+        plan.observe_model(steps[tries[0]], 0, steps[tries[0]].k, steps[tries[0]].k)  # its asks agree
+    assert all(plan.plan(no_lookup)[0].model_k for _ in range(20))
 
 
 def test_each_slot_judges_long_copies_by_its_own_answer():
@@ -72,8 +97,8 @@ def test_each_slot_judges_long_copies_by_its_own_answer():
 
 
 def test_a_slot_in_prose_drafts_a_two_token_match_only_as_far_as_its_answer_can_afford_to_lose():
-    """thin_bets.py, per slot: the same run is drafted by a slot whose answer has budget for a lost bet, not by one
-    whose answer has none yet."""
+    """thin_bets.py, per slot: the same run is drafted by a slot whose answer's lookup bets have won enough to pay for a
+    lost one, not by one whose answer has won nothing yet."""
     plan = planner({1: 100.0, 2: 145.0, 3: 186.0, 4: 167.0})
     for lesson in range(40):  # earlier answers: such runs held 3 times in 4
         plan.lookup_acceptance.observe(2, 3, 0 if lesson % 4 == 0 else 3, unsure=True)
@@ -81,8 +106,7 @@ def test_a_slot_in_prose_drafts_a_two_token_match_only_as_far_as_its_answer_can_
     fresh, written = SequenceBelief(), SequenceBelief()
     for belief in (fresh, written):
         belief.confidence.observe_probability(0.4)
-    for _ in range(30):
-        written.stepped(plan.costs, lookup_k=0, settled=[5])
+    written.stepped(plan.costs, lookup_k=1, settled=[5, 6])  # a lookup token won: 2 tokens for 145 ms, not 200
     [unafforded] = plan.plan([SlotOptions(3, pair, 1, fresh)])
     [afforded] = plan.plan([SlotOptions(3, pair, 1, written)])
     assert unafforded.k == 0 and afforded.source == "ngram" and afforded.k > 0
@@ -142,7 +166,7 @@ def test_a_slots_catch_up_is_priced_over_the_asks_a_resume_buys_there():
     # A cheap-batch target, and a draft whose catch-up of 16 tokens costs a target pass.
     plan = Planner(CostTable(PassCosts({1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 14.0}), PassCosts({1: 1.0, 16: 12.0}), fixed=True),
                         has_draft_model=True)
-    plan.exploration.saved_ms = 0.0  # no try paid for: the choice is the costs' alone
+    asked_before(plan)
     for name, asks, drafts in (("writing code", 30, True), ("editing code", 1, False)):
         [choice] = plan.plan([SlotOptions(1, Lookup(), 16, belief_after(asks))])
         assert (choice.source == "model") is drafts, name
@@ -155,7 +179,6 @@ def test_the_draft_model_is_judged_by_how_sure_each_slots_target_is():
     """Asks where the target was unsure (prose) teach that class alone: a slot in sure text (code) still drafts, one in
     unsure text does not, in the same batch."""
     plan = planner(*GPU_LIKE)
-    plan.exploration.saved_ms = 0.0
     sure_text, prose = SequenceBelief(), SequenceBelief()
     for _ in range(10):
         sure_text.confidence.observe_probability(0.99)

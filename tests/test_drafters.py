@@ -16,7 +16,7 @@ from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.auto.edit_points import EditPoints
-from localspec.engine.drafters.auto.planner import SlotOptions
+from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Ask
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.edits import RESUMED, SMALL_EDIT
@@ -144,6 +144,12 @@ def decide(controller: AutoDrafter, k_cap: int, lookup: Lookup) -> Choice:
     return controller.planner.plan([SlotOptions(k_cap, lookup, pending, controller.belief(0))])[0]
 
 
+def asked_before(planner: Planner) -> None:
+    """The draft has been asked before, where the target was sure, and agreed: its evidence vouches for it, so it is
+    asked on its merits, not as a try paid from the exploration budget (planner.plan)."""
+    planner.draft_acceptance[-1].observe(1, 1)
+
+
 def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure():
     """Where the target is unsure (prose), a guess past an edit is a coincidence (1-2 in 20 held on the bench's plain
     answers); where it is sure (a rewrite), a quarter or more. At a 2-core CPU's costs (one more token in the pass costs
@@ -157,8 +163,7 @@ def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure
         assert (decide(controller, 3, guess).k > 0) == drafts
         for _ in range(2):  # this answer's guesses held
             controller.lookup_acceptance.observe(RESUMED, 1, 1, unsure=controller.confidence.unsure)
-        for _ in range(20):  # and it has written enough to afford a bet on thin evidence (thin_bets.py)
-            controller.belief(0).stepped(cpu, 0, [5])
+        controller.belief(0).stepped(cpu, 1, [5, 6])  # and its lookup bets won enough to afford one on thin evidence (thin_bets.py)
         assert decide(controller, 3, guess).k > 0
 
 
@@ -209,7 +214,7 @@ def test_long_copies_that_break_more_than_the_learned_rates_expect_are_expected_
 def test_in_prose_a_two_token_match_is_drafted_only_as_far_as_the_answer_can_afford_to_lose():
     """A 2-token match in unsure text is a fair bet by the rates (about half hold), but a lost one is a short answer's
     whole margin: a haiku lost 4-7% to one. It is drafted only as far as the answer's budget covers a total loss: what
-    its lookup bets have won, plus a share of each step. In sure text, and from a long match, the rates alone decide."""
+    its lookup bets have won. In sure text, and from a long match, the rates alone decide."""
     cpu = CostTable.given({1: 100.0, 2: 145.0, 3: 186.0, 4: 167.0})  # the Q4_K_M target's shape: 4 tokens cost 1.67x one
     pair = Lookup([7, 8, 9], 2)
 
@@ -225,10 +230,12 @@ def test_in_prose_a_two_token_match_is_drafted_only_as_far_as_the_answer_can_aff
     prose = taught(0.4)
     assert decide(prose, 3, pair).k == 0
     assert decide(prose, 3, Lookup([7, 8, 9], 20)).k > 0  # a long match is a copy: not thin evidence
-    for _ in range(16):  # a share of each plain step: after 16, the loss of a one-token bet is covered, not a longer one's
+    for _ in range(100):  # plain steps pay for no bet
         prose.belief(0).stepped(cpu, 0, [5])
+    assert decide(prose, 3, pair).k == 0
+    prose.belief(0).stepped(cpu, 1, [7, 8])  # a lookup bet won: 200 ms of plain decoding for 145, enough to lose one token
     assert decide(prose, 3, pair).k == 1
-    prose.belief(0).stepped(cpu, 1, [7, 8])  # it won: its winnings pay for a longer bet
+    prose.belief(0).stepped(cpu, 1, [7, 8])  # another: its winnings pay for a longer bet
     assert decide(prose, 3, pair).k == 3
     assert decide(taught(0.99), 3, pair).k == 3  # where the target is sure, the rates alone decide
 
@@ -397,7 +404,9 @@ def test_every_drafter_is_lossless_on_tiny_models(tiny, tmp_path, draft_name):
             assert_lossless(plain, out, label=drafter)
             stats = out.finished.stats
             if drafter == "auto":
-                assert sum(stats.decisions.values()) == stats.n_steps  # auto reports every choice
+                assert sum(stats.decisions.values()) == stats.n_steps  # auto reports every choice...
+                assert stats.draft_ms_by_decision.keys() == stats.decisions.keys()  # ...and where its drafting time went
+                assert sum(stats.draft_ms_by_decision.values()) == pytest.approx(stats.t_draft_ms)
             elif (drafter, draft_name) != ("hierarchical", "unrelated"):  # there the draft vetoes every lookup (tested below)
                 assert stats.draft_n > 0, drafter  # every drafter really drafted
 
@@ -482,7 +491,8 @@ def test_the_controller_drafts_long_when_drafts_always_match(tiny):
         return 0 if label == "none" else sum(int(part) for part in label.split("=")[1].split("+"))
 
     long_steps = sum(n for label, n in decisions.items() if label.split()[0] in ("model", "hybrid") and drafted(label) >= 6)
-    assert long_steps >= 0.8 * sum(decisions.values()), decisions
+    # Its first dozen steps wait for the exploration budget to pay for its first ask (issue 55).
+    assert long_steps >= 0.75 * sum(decisions.values()), decisions
 
 
 def test_the_controller_stops_drafting_when_drafts_never_match(tiny):
@@ -522,6 +532,7 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         assert engine.draft is not None
         controller = AutoDrafter(CostTable.given(GPU_LIKE[0], GPU_LIKE[1]), ModelDrafter(engine.draft, lazy_start=True))
+        asked_before(controller.planner)
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         controller.begin(0, prompt)
         prior = controller.model_acceptance.rate(0)
@@ -555,7 +566,8 @@ def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_
         controller.begin(0, prompt)
         sure = target_row(engine.target.n_vocab, sure=True)  # the target as sure as on the code: the same class of text
         controller.observe_target(0, sure)
-        assert controller.model_acceptance.rate(0) > 0.85  # still believed, and asked first
+        assert controller.model_acceptance.rate(0) > 0.85  # still believed, and asked first...
+        controller.exploration.saved_ms = 1e9  # ...though its first ask reads the prompt, a try the budget pays for here
         asks = []
         for _ in range(16):
             draft = controller.propose([Ask(0, 4, 1.0, None, np.random.default_rng(0))])[0]  # p-min 1: the draft is never that sure
@@ -609,7 +621,8 @@ def test_a_losing_draft_is_not_tried_where_the_target_is_too_unsure_for_it_to_pa
             controller.observe_target(0, unsure)
             for _ in range(30):  # the draft losing where the target is unsure, often enough that only a try would ask it
                 controller.model_acceptance.observe(1, 0)
-            chosen[name] = decide(controller, 8, Lookup()).source  # the first try is free: only hope decides
+            controller.exploration.saved_ms = 1e9  # a try is paid for: only hope decides
+            chosen[name] = decide(controller, 8, Lookup()).source
         assert chosen == {"cpu": "none", "gpu": "model"}
 
 
@@ -863,6 +876,7 @@ def test_auto_prices_a_catch_up_by_the_drafts_own_batches_spread_over_the_steps_
         for name, sixteen in (("cheap", 1.5), ("resumable", 12.0), ("dear", 120.0)):
             controller = AutoDrafter(CostTable(PassCosts(dict(verify)), PassCosts({1: 1.0, 16: sixteen}), fixed=True),
                                      ModelDrafter(engine.draft, lazy_start=True))
+            asked_before(controller.planner)
             controller.begin(0, list(range(1, 17)))  # sixteen tokens the draft has yet to read
             assert controller.model is not None and controller.model.pending_tokens(0) == 16
             choices[name] = decide(controller, 1, Lookup()).source
@@ -880,7 +894,7 @@ def test_a_catch_up_is_spread_over_the_asks_that_resumes_have_bought(tiny):
         for name, asks_per_resume in (("writing code", 30), ("editing code", 1)):
             controller = AutoDrafter(CostTable(PassCosts(dict(verify)), PassCosts({1: 1.0, 16: 12.0}), fixed=True),
                                      ModelDrafter(engine.draft, lazy_start=True))
-            controller.exploration.saved_ms = 0.0  # no try paid for: the choice is the costs' alone
+            asked_before(controller.planner)
             for _ in range(6):
                 controller.resume_runs.asked(missed=40)  # a resume after a long stretch the draft did not draft...
                 for _ in range(asks_per_resume - 1):
@@ -949,11 +963,11 @@ def test_trying_a_losing_draft_model_costs_at_most_its_share_of_the_time():
     from localspec.engine.tuning import EXPLORE_SHARE
 
     budget = ExplorationBudget()
-    assert budget.afford(500.0)  # the first try: nothing is known of the draft yet but its prior
+    assert not budget.afford(1.0)  # the first try too is paid for: nothing is saved yet (issue 55)
     tries = 0
     for _ in range(1000):
         budget.accrue(100.0)  # a 100 ms step that did not ask the draft
-        tries += budget.afford(300.0)  # a try expected to lose 300 ms
+        tries += budget.afford(300.0)  # a try that loses 300 ms if none of its tokens is accepted
     assert tries == int(1000 * 100.0 * EXPLORE_SHARE // 300.0) == 6
 
 

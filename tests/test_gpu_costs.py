@@ -96,7 +96,8 @@ def test_auto_drafts_on_a_gpu_and_keeps_up_with_the_best_fixed_drafter(tiny):
     auto, best_fixed, plain, result = compare(tiny, "talkative_agreeing")
     decisions = result.finished.stats.decisions
     assert best_fixed > 1.5 * plain  # the premise: on this GPU drafting pays
-    assert decisions.get("none", 0) <= 0.1 * sum(decisions.values()), decisions
+    # Plain at first, until the exploration budget pays for the draft's first try (issue 55): a dozen steps here.
+    assert decisions.get("none", 0) <= 0.15 * sum(decisions.values()), decisions
     assert auto >= 0.9 * best_fixed, (auto, best_fixed, decisions)
 
 

@@ -53,12 +53,13 @@ LOOKUP_SHARE_DECAY = 0.8  # per step: the share of the last few steps that looku
 NEW_ANSWER_LOOKUP_SHARE = 0.5  # a new answer's share before its first step: only its first steps tell a rewrite from an edit
 CARRIED_ASKS = 4  # what earlier answers taught of the draft model weighs as this many asks in a new one
 
-# --- what auto may choose (auto/controller.py, exploration.py, thin_bets.py) -----------------------------------------
+# --- what auto may choose (auto/planner.py, exploration.py) -----------------------------------------
 MODEL_K_MAX = 8  # the longest draft auto asks of the draft model (lookup runs, which cost nothing to find, go further)
 HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model continues (bounds the search)
-EXPLORE_SHARE = 0.02  # of the time spent decoding: what trying a losing draft model may cost at most
+# Of the time spent decoding: what tries of the draft model may lose at most, each priced at what it loses if nothing is
+# accepted. Thin lookup bets get only what lookup won (thin_bets.py), so where nothing pays, this is all auto may lose.
+EXPLORE_SHARE = 0.02
 THIN_MATCH = 3  # a lookup match shorter than this, where the target is unsure, is thin evidence
-BET_SHARE = 0.03  # of each step's plain time: what an answer may lose on thin bets beyond what its lookup bets won
 
 # --- the batch planner and scheduler (engine/batch/) ---------------------------------------------------------------
 ASCENT_ROUNDS = 2  # passes over the auto slots: a second one lets each slot answer the others' first choices

@@ -29,13 +29,18 @@ class AcceptanceModel:
     # Each position leans on every position's evidence together (the pooled rate) where its own is thin, not on the
     # prior alone: for positions that are alike, such as a copy's tokens past its first few (agreement.py).
     pooled: bool = False
+    # Another model that every observation here also teaches: the draft model's confidence classes each teach what the
+    # draft shows in all of them together (confidence.ConfidenceClasses.overall).
+    also_teaches: AcceptanceModel | None = None
 
     def rate(self, i: int) -> float:
         return self.rates(i + 1)[i]
 
-    def rates(self, k: int) -> list[float]:
-        """The rates of positions 0..k-1. A position past all evidence takes the last one's rate, or the pooled rate."""
-        lean = self.pooled_rate() if self.pooled else self.prior
+    def rates(self, k: int, lean: float | None = None) -> list[float]:
+        """The rates of positions 0..k-1. A position past all evidence takes the last one's rate, or the pooled rate.
+        `lean`: what thin evidence leans on in place of the prior (or the pooled rate)."""
+        if lean is None:
+            lean = self.pooled_rate() if self.pooled else self.prior
         rates = [(hits + ACCEPTANCE_PRIOR_WEIGHT * lean) / (tries + ACCEPTANCE_PRIOR_WEIGHT) for hits, tries in zip(self.hits[:k], self.tries[:k])]
         beyond = lean if self.pooled or not rates else rates[-1]
         return rates + [beyond] * (k - len(rates))
@@ -47,8 +52,8 @@ class AcceptanceModel:
     def expected_accepted(self, k: int) -> float:
         return self.prefix_curves(k)[0][k]
 
-    def prefix_curves(self, k: int) -> tuple[list[float], list[float]]:
-        return prefix_curves(self.rates(k))
+    def prefix_curves(self, k: int, lean: float | None = None) -> tuple[list[float], list[float]]:
+        return prefix_curves(self.rates(k, lean))
 
     def observe_asked(self, n_drafted: int, n_accepted: int) -> None:
         """A step that asked a drafter for tokens: one that offered none (a draft model unsure of its first token, under
@@ -63,6 +68,8 @@ class AcceptanceModel:
 
     def observe_positions(self, start: int, held: int, missed: bool) -> None:
         """Positions start..held-1 held; `missed`: position `held` was then rejected (positions past it were never judged)."""
+        if self.also_teaches is not None:
+            self.also_teaches.observe_positions(start, held, missed)
         end = held + 1 if missed else held
         while len(self.tries) < end:
             self.hits.append(0.0)
@@ -70,6 +77,10 @@ class AcceptanceModel:
         for i in range(start, end):
             self.tries[i] = self.decay * self.tries[i] + 1
             self.hits[i] = self.decay * self.hits[i] + (1 if i < held else 0)
+
+    def evidence_rate(self) -> float:
+        """The first position's rate on the evidence alone, no prior (0 without any)."""
+        return self.hits[0] / self.tries[0] if self.tries else 0.0
 
     def carry_over(self, weight: float) -> None:
         """A new answer: what earlier ones taught stays its belief, worth at most `weight` observations per position, so

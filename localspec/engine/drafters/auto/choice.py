@@ -23,10 +23,17 @@ class Choice:
     k: int
     predicted: float  # tokens the step is expected to emit: 1 + expected accepted
     lookup_k: int = 0  # hybrid: the lookup tokens the draft model continues after (k - lookup_k are the model's)
+    # The draft model's choices: the tokens its evidence alone vouches for, no prior (planner.plan: an ask that does not
+    # win on them is a try)
+    vouched: float | None = None
 
     @property
     def label(self) -> str:
         return draft_label(self.source, self.k, self.lookup_k)
+
+    @property
+    def vouched_tokens(self) -> float:
+        return self.predicted if self.vouched is None else self.vouched
 
     @property
     def model_k(self) -> int:

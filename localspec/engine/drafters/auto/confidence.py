@@ -61,13 +61,24 @@ class TargetConfidence:
 
 @dataclass
 class ConfidenceClasses:
-    """The draft model's acceptance by position, one AcceptanceModel per class of the target's confidence."""
+    """The draft model's acceptance by position, one AcceptanceModel per class of the target's confidence, and what
+    the draft's asks showed in every class together (`overall`)."""
 
-    models: list[AcceptanceModel] = field(default_factory=lambda: [AcceptanceModel(prior) for prior in class_priors()])
+    overall: AcceptanceModel = field(default_factory=lambda: AcceptanceModel(0.0))  # its evidence alone is read
+    models: list[AcceptanceModel] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            self.models = [AcceptanceModel(prior, also_teaches=self.overall) for prior in class_priors()]
 
     def __getitem__(self, class_index: int) -> AcceptanceModel:
         return self.models[class_index]
 
+    def vouched(self, class_index: int, k: int) -> list[float]:
+        """prefix_curves' expected tokens as the evidence alone vouches for them: the class's own asks, leaning (where they
+        are few) on what the draft showed in every class, never on a prior (a draft never asked vouches for nothing)."""
+        return self.models[class_index].prefix_curves(k, lean=self.overall.evidence_rate())[0]
+
     def carry_over(self, weight: float) -> None:
-        for model in self.models:
+        for model in (*self.models, self.overall):
             model.carry_over(weight)

@@ -38,9 +38,17 @@ class PassCosts:
     observations: dict[int, float] = field(default_factory=dict)  # passes timed per size, calibration included
     _spikes: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)  # spikes in a row, per size
     _sorted: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
+    # Every size asked since the last lesson: auto prices a few dozen candidates a step from a score of sizes.
+    _asked: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def cost(self, n: int) -> float:
         """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes."""
+        known = self._asked.get(n)
+        if known is None:
+            known = self._asked[n] = self._cost(n)
+        return known
+
+    def _cost(self, n: int) -> float:
         if n in self.ms:
             return self.ms[n]
         sizes = self.sizes
@@ -75,6 +83,7 @@ class PassCosts:
         spikes = self._spikes[n] = self._spikes.get(n, 0) + 1 if old is not None and ms > SPIKE * old else 0
         if 0 < spikes < SPIKE_RUN:  # another process took the CPU for a moment: not this pass's cost
             return
+        self._asked.clear()
         # A plain mean while evidence is scarce (the calibration counts as its repeats), then a decaying one; after a run
         # of spikes, this pass alone: every one of them had been ignored (over RPC under load: 84 ms kept against 728).
         weight = 1.0 if spikes else max(1 - COST_DECAY, 1 / (seen + 1))

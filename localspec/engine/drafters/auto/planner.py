@@ -76,8 +76,8 @@ class Planner:
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
         self.exploration = ExplorationBudget()
-        # A lone slot's draft-model pricing within one plan: (catch-up, one-token step) by (lookup_k, pending, spread).
-        self._drafting_ms: dict[tuple[int, int, bool], tuple[float, float]] = {}
+        # A lone slot's draft-model pricing within one plan: (catch-up, one-token step) by (lookup_k, pending, catch-up share).
+        self._drafting_ms: dict[tuple[int, int, float], tuple[float, float]] = {}
 
     def start_answer(self) -> None:
         """A request starts: what earlier answers taught of the draft model stays a belief this one soon outweighs
@@ -89,32 +89,73 @@ class Planner:
 
     def plan(self, slots: Sequence[SlotOptions]) -> list[Choice]:
         """A choice per slot. Prompt chunks that ride in the same pass are left out of the reckoning: they make extra draft
-        tokens look nearly free in a long pass, and a pass lengthened that way would then let bigger chunks in."""
+        tokens look nearly free in a long pass, and a pass lengthened that way would then let bigger chunks in.
+
+        A plan that asks the draft model where its evidence alone (no prior) does not vouch for it beating the best
+        plan without it is a bet on the priors, so it is a try: taken only where the exploration budget pays for what
+        it loses if none of the draft's tokens is accepted. A draft never asked, or one that never agrees, costs no
+        more than the budget; one that has shown it pays is asked on its merits (issue 55: on a GPU's costs, a draft
+        that never agreed was asked a dozen times per confidence class, 5-15% of a short answer's time)."""
         self._drafting_ms.clear()  # the costs may have moved since the last plan
-        choices = [PLAIN] * len(slots)  # the ascent starts from plain decoding
         auto = [i for i, options in enumerate(slots) if options.cap > 0]
-        if auto:
-            # A lone slot's first round is already the best of its candidates, and no other slot's tokens share its pass (_fill).
-            alone = len(slots) == 1
-            best_rate = self._rate(choices, slots)
-            for _ in range(1 if alone else ASCENT_ROUNDS):
-                changed = False
-                for i in auto:
-                    for candidate in self._candidates(slots[i]):
-                        if alone:
-                            rate = candidate.predicted / self._lone_step_ms(candidate, slots[0], spread=True)
-                            trial = [candidate]
-                        else:
-                            trial = [*choices[:i], candidate, *choices[i + 1 :]]
-                            rate = self._rate(trial, slots)
-                        if rate > best_rate * (1 + 1e-9):
-                            choices, best_rate, changed = trial, rate, True
-                if not changed:
-                    break
-            if not alone:
-                choices, best_rate = self._fill(choices, slots, auto, best_rate)
-            choices = self._maybe_explore(choices, slots, auto, best_rate)
-        return choices
+        if not auto:
+            return [PLAIN] * len(slots)
+        candidates = {i: self._candidates(slots[i]) for i in auto}
+        choices, best_rate = self._ascend(slots, auto, candidates)
+        if any(choice.model_k for choice in choices):
+            without, without_rate = self._ascend(slots, auto, {i: [c for c in found if not c.model_k] for i, found in candidates.items()})
+            vouched_rate = sum(choice.vouched_tokens for choice in choices) / self.step_ms(choices, slots, spread=True)
+            if vouched_rate > without_rate * (1 + 1e-9):
+                return choices
+            worst_tokens = sum(1.0 if choice.model_k else choice.predicted for choice in choices)
+            if self.exploration.afford(self.step_ms(choices, slots) - worst_tokens / without_rate):
+                return choices
+            choices, best_rate = without, without_rate
+        return self._maybe_explore(choices, slots, auto, best_rate)
+
+    def _ascend(self, slots: Sequence[SlotOptions], auto: list[int], candidates: dict[int, list[Choice]]) -> tuple[list[Choice], float]:
+        """The best choices among the candidates and their rate: one slot at a time given the others (coordinate ascent)
+        from plain decoding, or from every slot drafting with the model at once (_together), then the pass filled with
+        lookup tokens (_fill)."""
+        choices = [PLAIN] * len(slots)
+        best_rate = self._rate(choices, slots)
+        if len(slots) > 1:
+            together = self._together(slots, auto, candidates)
+            together_rate = self._rate(together, slots)
+            if together_rate > best_rate:
+                choices, best_rate = together, together_rate
+        # A lone slot's first round is already the best of its candidates, and no other slot's tokens share its pass (_fill).
+        alone = len(slots) == 1
+        for _ in range(1 if alone else ASCENT_ROUNDS):
+            changed = False
+            for i in auto:
+                for candidate in candidates[i]:
+                    if alone:
+                        rate = candidate.predicted / self._lone_step_ms(candidate, slots[0], spread=True)
+                        trial = [candidate]
+                    else:
+                        trial = [*choices[:i], candidate, *choices[i + 1 :]]
+                        rate = self._rate(trial, slots)
+                    if rate > best_rate * (1 + 1e-9):
+                        choices, best_rate, changed = trial, rate, True
+            if not changed:
+                break
+        if not alone:
+            choices, best_rate = self._fill(choices, slots, auto, best_rate)
+        return choices, best_rate
+
+    def _together(self, slots: Sequence[SlotOptions], auto: list[int], candidates: dict[int, list[Choice]]) -> list[Choice]:
+        """The other joint move the ascent cannot make: every slot drafting with the model at once, each at the choice
+        that is best for it as a step of its own. Draft passes are shared by the slots drafting that deep, so one slot's
+        draft alone loses beside the others' lookup runs where all of them drafting wins (four slots on a GPU's costs
+        stayed on lookup at 0.8x the draft model's rate)."""
+        together = [PLAIN] * len(slots)
+        for i in auto:
+            drafting = [candidate for candidate in candidates[i] if candidate.model_k]
+            if drafting:
+                alone = [slots[i]]
+                together[i] = max(drafting, key=lambda candidate: self._rate([candidate], alone))
+        return together
 
     def _fill(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> tuple[list[Choice], float]:
         """The joint move the ascent cannot make: lookup tokens for several slots at once, filling the pass to a size
@@ -163,13 +204,17 @@ class Planner:
         n_lookup = len(lookup_expected) - 1
         found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
-            model_expected = self._model_curve(options, min(options.cap, MODEL_K_MAX))
-            found += [Choice("model", k, 1 + model_expected[k]) for k in range(1, len(model_expected))]
+            model_k = min(options.cap, MODEL_K_MAX)
+            model_expected = self._model_curve(options, model_k)
+            vouched = self.draft_acceptance.vouched(options.belief.confidence.class_index, model_k)
+            found += [Choice("model", k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
             # The hybrid candidate is found as auto finds it; the ascent then weighs it in the batch like the others.
             hybrid = best_hybrid(self.costs, max(1, options.pending), options.belief.resume_runs.expected, n_lookup, options.cap,
                                  lookup_expected, lookup_survive, model_expected)
             if hybrid is not None:
-                found.append(Choice(HYBRID, hybrid.lookup_k + hybrid.model_k, hybrid.tokens, lookup_k=hybrid.lookup_k))
+                j, m = hybrid.lookup_k, hybrid.model_k
+                found.append(Choice(HYBRID, j + m, hybrid.tokens, lookup_k=j,
+                                    vouched=1 + lookup_expected[j] + lookup_survive[j] * vouched[m]))
         return found
 
     def _lookup_curves(self, options: SlotOptions) -> tuple[list[float], list[float]]:
@@ -211,11 +256,11 @@ class Planner:
         the draft model share their catch-up (kept for the plan in _drafting_ms)."""
         ms = self.overhead_ms + self.costs.verify(choice.k + 1)
         if choice.model_k:
-            key = (choice.lookup_k, options.pending, spread)
+            share = 1 / options.belief.resume_runs.expected if spread and options.pending > 1 else 1.0
+            key = (choice.lookup_k, options.pending, share)
             if key not in self._drafting_ms:
                 first = self.costs.draft_batch(1 + choice.lookup_k)
                 whole = self.costs.draft_batch(max(1, options.pending) + choice.lookup_k)
-                share = 1 / options.belief.resume_runs.expected if spread and options.pending > 1 else 1.0
                 self._drafting_ms[key] = (first + (whole - first) * share, self.costs.draft_batch(1))
             catch_up, per_token = self._drafting_ms[key]
             ms += catch_up + (choice.model_k - 1) * per_token
@@ -223,21 +268,28 @@ class Planner:
 
     def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
         """Now and then, let the draft model draft one slot when it is losing, so that it can win back (it costs a
-        pass to judge, unlike lookup), as auto tries it: the cheapest K that would win if accepted as often as the
-        slot's target has lately been sure, as often as the exploration budget pays for what the try costs now."""
+        pass to judge, unlike lookup), as auto tries it: the cheapest K that would win for the slot, as a step of its
+        own, if accepted as often as its target has lately been sure, once the exploration budget pays for what the try
+        could lose in the batch: every drafting cost it incurs (its catch-up whole, its passes, the longer verify) if none
+        of its tokens is accepted. Judged against the whole batch's rate, one slot's hoped-for draft never won beside
+        three slots' lookup runs, and four slots on a GPU's costs never learned a draft that ran them 1.3x faster."""
         if not self.has_draft_model or any(c.model_k for c in choices):
             return choices
         self.exploration.accrue(self.step_ms(choices, slots))
+        if self.exploration.saved_ms < self.costs.draft_ms_per_token:  # no try loses less than its draft pass
+            return choices
         for i in auto:
             hoped = prefix_curves([slots[i].belief.confidence.hope] * MODEL_K_MAX)[0]
             expected = self._model_curve(slots[i], MODEL_K_MAX)
+            alone = [slots[i]]
+            own_rate = self._rate([choices[i]], alone)
             for k in range(1, min(slots[i].cap, MODEL_K_MAX) + 1):
-                hopeful = [*choices[:i], Choice("model", k, 1 + hoped[k]), *choices[i + 1 :]]
-                if self._rate(hopeful, slots) <= best_rate:
+                if self._rate([Choice("model", k, 1 + hoped[k])], alone) <= own_rate:
                     continue
                 trial = [*choices[:i], Choice("model", k, 1 + expected[k]), *choices[i + 1 :]]
-                expected_loss = self.step_ms(trial, slots) - sum(choice.predicted for choice in trial) / best_rate
-                return trial if self.exploration.afford(expected_loss) else choices
+                worst_tokens = sum(choice.predicted for choice in choices) - choices[i].predicted + 1  # the try's slot gets one
+                worst_loss = self.step_ms(trial, slots) - worst_tokens / best_rate
+                return trial if self.exploration.afford(worst_loss) else choices
         return choices
 
     # --- learning -----------------------------------------------------------------------
@@ -264,6 +316,9 @@ class Planner:
         self.costs.observe_verify(n_tokens, ms)
 
     def observe_overhead(self, ms: float) -> None:
+        """A step's time outside its passes; not learned where the costs are given (they leave it out, as a ledger does)."""
+        if self.costs.fixed:
+            return
         self.overhead_ms = ms if not self.overhead_ms else OVERHEAD_DECAY * self.overhead_ms + (1 - OVERHEAD_DECAY) * ms
 
     def observe_draft_pass(self, n_tokens: int, ms: float) -> None:

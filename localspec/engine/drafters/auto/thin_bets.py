@@ -1,9 +1,9 @@
 """What an answer may lose on lookup runs from thin evidence: a 2-token match, or a guess past an edit, in prose.
 
 Such a run is a fair bet by the rates, and over a long answer bets even out; in a short one a single lost bet is the
-whole difference (a haiku lost several percent of its time to one). So these bets are paid from the answer's own
-budget: what its lookup bets have won so far, plus BET_SHARE of each step's time; a run that could lose more is drafted
-shorter, or not at all.
+whole difference (a haiku lost several percent of its time to one). So these bets are paid from what the answer's
+lookup bets have won so far; a run that could lose more is drafted shorter, or not at all. They once had a share of
+each step's time too (3%); all auto may lose where nothing pays is now the tries' share (EXPLORE_SHARE, issue 55).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localspec.engine.drafters.auto.costs import CostTable
-from localspec.engine.tuning import BET_SHARE
 
 
 @dataclass
@@ -26,7 +25,5 @@ class ThinBets:
 
     def step(self, costs: CostTable, lookup_k: int, accepted: int) -> None:
         """A step ended: it drafted `lookup_k` lookup tokens (0: none) and had `accepted` of its draft accepted."""
-        plain_ms = costs.verify(1)
-        self.budget_ms += BET_SHARE * plain_ms
         if lookup_k:
-            self.budget_ms += (accepted + 1) * plain_ms - costs.verify(lookup_k + 1)
+            self.budget_ms += (accepted + 1) * costs.verify(1) - costs.verify(lookup_k + 1)
