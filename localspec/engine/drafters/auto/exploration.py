@@ -5,8 +5,8 @@ fixed intervals cost the same number per answer whatever each cost, and made aut
 is dear (a 2-core CPU). Paid from a budget, tries cost at most EXPLORE_SHARE of the time: rarely where dear, often where
 cheap (a GPU). Every try is paid for, the first too, at what it loses if none of its tokens is accepted: a free first
 try read the whole prompt and answer into the draft (half a second on a 2-core Xeon) and made auto 0.93x plain on
-code writing where it chose plain on 110 of 120 steps (issue 55). A draft the priors expect to win is asked on its
-merits without a try (planner.py prices its catch-up whole until it has been asked once).
+code writing where it chose plain on 110 of 120 steps (issue 55). An ask the priors favour but the draft's own
+evidence does not is a try too (planner.plan).
 """
 
 from __future__ import annotations

@@ -6,11 +6,12 @@ the draft model's passes are shared the same way, one per draft position for
 every slot drafting that deep. The planner picks, for the slots asking auto,
 the choice (plain, each K of lookup and of the draft model, the best hybrid)
 that maximises the batch's expected tokens over its expected time, one slot at a
-time given the others (coordinate ascent) from plain decoding, so speculation
-that does not pay is not chosen; a losing draft model is tried as the
-exploration budget allows. With one slot this is auto's choice for a lone
-answer. Acceptance is learned across slots and
-requests; each slot keeps its own answer's belief (belief.py).
+time given the others (coordinate ascent) from plain decoding or from every slot
+drafting at once, so speculation that does not pay is not chosen; an ask of the
+draft model that its own evidence does not vouch for, or of a losing one, is a
+try the exploration budget must pay for first. With one slot this is auto's
+choice for a lone answer. Acceptance is learned across slots and requests; each
+slot keeps its own answer's belief (belief.py).
 """
 
 from __future__ import annotations
@@ -44,15 +45,16 @@ def best_hybrid(costs: CostTable, pending: int, spread: float, n_lookup: int, k_
     reads its `pending` tokens and the j in one catch-up batch (catch_up_price, spread over `spread` asks), takes m - 1
     one-token steps, and the target verifies j + m + 1; expected, the run's accepted tokens plus, when all j survive,
     the model's. None without a run."""
-    best: HybridPlan | None = None
+    best: tuple[float, int, int, float] | None = None  # (rate, j, m, tokens): a plan made once, for the best
+    per_token = costs.draft_ms_per_token
     for j in range(1, min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX) + 1):
-        catch_up = catch_up_price(costs, pending, spread, j)
+        catch_up, head, survive = catch_up_price(costs, pending, spread, j), 1 + lookup_expected[j], lookup_survive[j]
         for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
-            tokens = 1 + lookup_expected[j] + lookup_survive[j] * model_expected[m]
-            rate = tokens / (catch_up + (m - 1) * costs.draft_ms_per_token + costs.verify(j + m + 1))
-            if best is None or rate > best.rate:
-                best = HybridPlan(j, m, tokens, rate)
-    return best
+            tokens = head + survive * model_expected[m]
+            rate = tokens / (catch_up + (m - 1) * per_token + costs.verify(j + m + 1))
+            if best is None or rate > best[0]:
+                best = (rate, j, m, tokens)
+    return None if best is None else HybridPlan(best[1], best[2], best[3], best[0])
 
 
 @dataclass(frozen=True)
