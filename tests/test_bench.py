@@ -115,7 +115,7 @@ def test_only_picks_prompts_by_id_or_category():
     prompts = load_prompts(None)
     chosen = select_prompts(prompts, "code-editing,creative-haiku")
     assert {p.category for p in chosen} == {"code-editing", "creative"} and sum(p.category == "creative" for p in chosen) == 1
-    with pytest.raises(EngineError, match=r"--only: no prompt or category named nonsense\. Categories: chat, code-editing"):
+    with pytest.raises(UsageError, match=r"--only: no prompt or category named nonsense\. Categories: chat, code-editing"):
         select_prompts(prompts, "chat,nonsense")
 
 
@@ -271,3 +271,44 @@ def test_ctrl_c_keeps_the_prompts_that_finished(tmp_path, tiny):
     assert len(data["prompts"]) >= 2
     for prompt in data["prompts"]:  # each prompt kept has every mode measured, the report's basis
         assert {m["mode"] for m in data["measurements"] if m["prompt"] == prompt["id"]} == {m["label"] for m in data["modes"]}
+
+
+def _measured(prompt_id: str, mode, tokens_per_second: float, n_steps: int, drafted: int, accepted: int):  # type: ignore[no-untyped-def]
+    from localspec.bench.results import Measurement
+    from localspec.engine.stats import GenerationStats
+
+    stats = GenerationStats(drafter=mode.drafter, draft_max=mode.k, predicted_n=128, predicted_ms=128_000 / tokens_per_second,
+                            n_steps=n_steps, draft_n=drafted, draft_n_accepted=accepted)
+    return Measurement(prompt_id, mode, [], stats)
+
+
+def test_a_figure_its_own_measurements_contradict_is_flagged(capsys):
+    """Issue 56: on a busy machine the bench printed ngram K=2 at 0.0% accepted and 1.00 tokens per pass, yet 4.26× plain,
+    and a verify-cost table where 1 token cost 4972 ms and 3 tokens 1363 ms; the lookup ceiling priced with that table read
+    1.00. Such figures are marked, said at the end, and the ceiling is withheld."""
+    from localspec.bench.ceiling import Ceiling
+    from localspec.bench.consistency import falling_costs, speedup_impossible
+    from localspec.bench.report import print_report
+    from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Mode
+
+    assert speedup_impossible(4.26, 1.00) and not speedup_impossible(1.05, 1.00) and not speedup_impossible(2.4, 2.6)
+    assert falling_costs({1: 4972.0, 2: 5100.0, 3: 1363.0}) == [(1, 3), (2, 3)] and not falling_costs({1: 70.0, 2: 140.0, 4: 175.0})
+
+    ngram, auto = Mode("ngram", 2), Mode("auto", 32)
+    prompts = [BenchPrompt("busy", "code-editing", "x")]
+
+    def report(ngram_rate: float, verify_ms: dict[int, float]) -> str:
+        result = BenchResult(ks=[2], prompts=prompts, modes=[PLAIN, ngram, auto], verify_ms=verify_ms,
+                             ceilings={"busy": Ceiling(128, 128 * 70.0, 64 * 90.0)})
+        result.measurements = [_measured("busy", PLAIN, 5.0, 128, 0, 0), _measured("busy", ngram, ngram_rate, 128, 256, 0),
+                               _measured("busy", auto, 9.0, 60, 120, 68)]
+        print_report(result)
+        return capsys.readouterr().out
+
+    busy = report(21.3, {1: 4972.0, 3: 1363.0})
+    assert "4.26!" in busy and "busy, ngram K=2: 4.26× plain with 1.00 tokens per pass" in busy
+    assert "1.80 " in busy and "1.80!" not in busy  # auto: 2.13 tokens per pass allow its 1.80×
+    assert "3 tokens in one pass took 1363 ms, 1 took 4972 ms" in busy and "contradicts itself" in busy
+    assert "ceiling 1.56" not in busy  # priced with the contradicted table: withheld
+    quiet = report(4.9, {1: 70.0, 3: 150.0})
+    assert "!" not in quiet and "ceiling 1.56" in quiet

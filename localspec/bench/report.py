@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from localspec.bench.ceiling import combined
+from localspec.bench.consistency import MARK, Doubts
 from localspec.bench.results import PLAIN, BenchResult, Measurement, Mode
 from localspec.engine.cost_model import StepCosts
 from localspec.engine.stats import GenerationStats
@@ -33,23 +34,24 @@ def total(measurements: Iterable[Measurement]) -> GenerationStats:
     return GenerationStats.total(m.stats for m in measurements)
 
 
-def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats, departs: str) -> str:
+def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats, departs: str, doubts: Doubts, where: str) -> str:
     if mode.drafter == "none":
-        return (f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {1.0:6.2f} {'':>7} {1.0:6.2f} {'':>24} {'':>6} "
+        return (f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {1.0:6.2f}  {'':>7} {1.0:6.2f} {'':>24} {'':>6} "
                 f"{stats.python_ms_per_step:6.2f}  {departs}")
     positions = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position[:6])
     predicted = None
     if mode.fixed and mode.drafter != "tree":  # a chain of drafted tokens: what the cost model describes
         predicted = costs_from(plain, stats).predicted_speedup(stats.draft_reach_by_position, stats.acceptance_by_position)
     pred = f"{predicted:6.2f}" if predicted is not None else f"{'-':>6}"
+    mark = doubts.speedup(f"{where}, {mode.label}", ratio(stats, plain), stats.tokens_per_step)
     return (
-        f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {ratio(stats, plain):6.2f} {100 * stats.acceptance_rate:6.1f}% "
+        f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {ratio(stats, plain):6.2f}{mark} {100 * stats.acceptance_rate:6.1f}% "
         f"{stats.tokens_per_step:6.2f} {positions:>24} {pred} {stats.python_ms_per_step:6.2f}  {departs}"
     )
 
 
 HEADER = (
-    f"{'prompt':<20} {'mode':>22} {'tok/s':>7} {'×plain':>6} {'accept':>7} {'tok/pass':>6} {'acceptance by position':>24} "
+    f"{'prompt':<20} {'mode':>22} {'tok/s':>7} {'×plain':>7} {'accept':>7} {'tok/pass':>6} {'acceptance by position':>24} "
     f"{'pred×':>6} {'py ms':>6}  same as plain"
 )
 
@@ -60,6 +62,8 @@ def print_report(result: BenchResult) -> None:
     for m in result.measurements:
         by_prompt[m.prompt_id][m.mode].append(m)
 
+    doubts = Doubts()
+    costs_doubted = doubts.costs(result.verify_ms)  # the lookup ceiling is priced with them: withheld where they contradict themselves
     condition = "temperature 0" if greedy else f"temperature {result.temperature:g}, the same seed for every mode of a prompt"
     print(f"\nPer prompt ({condition}; ×plain is measured, pred× is predicted from measured acceptance and costs)")
     print(HEADER)
@@ -72,7 +76,7 @@ def print_report(result: BenchResult) -> None:
                 if m.departs_at is not None:
                     margin = m.margin_at_departure(modes[PLAIN][0])
                     departs = f"departs at token {m.departs_at}" + ("" if margin is None else f" (top-2 gap {margin:.3f})")
-            print(_row(prompt.id if mode == PLAIN else "", mode, total(modes[mode]), plain, departs))
+            print(_row(prompt.id if mode == PLAIN else "", mode, total(modes[mode]), plain, departs, doubts, prompt.id))
 
     print("\nOverall")
     print(HEADER)
@@ -80,16 +84,17 @@ def print_report(result: BenchResult) -> None:
     for mode in result.modes:
         runs = [m for m in result.measurements if m.mode == mode]
         identical = f"{sum(m.departs_at is None for m in runs)}/{len(runs)} runs" if greedy else "-"
-        print(_row("all prompts" if mode == PLAIN else "", mode, total(runs), plain_all, identical))
+        print(_row("all prompts" if mode == PLAIN else "", mode, total(runs), plain_all, identical, doubts, "all prompts"))
 
-    _print_categories(result)
-    _print_auto(result)
+    _print_categories(result, doubts, costs_doubted)
+    _print_auto(result, costs_doubted)
     if not greedy:
         _print_verification(result)
     if result.reference_error:
         print(f"\nllama.cpp comparison skipped: {result.reference_error}")
     if result.llama_bench_tg and result.reference and not result.reference_error:
         _print_llama_cpp_side_by_side(result, plain_all)
+    doubts.print()
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,9 @@ class CategoryRow:
     plain_per_second: float
     best: Mode | None  # the fastest fixed drafter and K
     best_ratio: float  # its tok/s ÷ plain tok/s
+    best_tokens_per_pass: float
     auto_ratio: float
+    auto_tokens_per_pass: float
     ceiling_ratio: float | None  # prompt lookup with foresight (greedy runs only)
 
 
@@ -110,23 +117,28 @@ def category_table(result: BenchResult) -> list[CategoryRow]:
         ids = {p.id for p in result.prompts if p.category == category}
         in_category = [m for m in result.measurements if m.prompt_id in ids]
         plain = total(m for m in in_category if m.mode == PLAIN)
-        fixed = [(ratio(total(m for m in in_category if m.mode == mode), plain), mode) for mode in result.modes if mode.fixed]
-        best_ratio, best = max(fixed, key=lambda pair: pair[0]) if fixed else (0.0, None)
-        auto = ratio(total(m for m in in_category if m.mode in auto_modes), plain) if auto_modes else 0.0
+        fixed = [(ratio(stats, plain), stats.tokens_per_step, mode) for mode in result.modes if mode.fixed
+                 for stats in [total(m for m in in_category if m.mode == mode)]]
+        best_ratio, best_per_pass, best = max(fixed, key=lambda row: row[0]) if fixed else (0.0, 0.0, None)
+        auto = total(m for m in in_category if m.mode in auto_modes)
+        auto_ratio = ratio(auto, plain) if auto_modes else 0.0
         ceilings = [c for prompt_id, c in result.ceilings.items() if prompt_id in ids]
-        rows.append(CategoryRow(category, plain.predicted_per_second, best, best_ratio, auto, combined(ceilings).ratio if ceilings else None))
+        rows.append(CategoryRow(category, plain.predicted_per_second, best, best_ratio, best_per_pass, auto_ratio, auto.tokens_per_step,
+                                combined(ceilings).ratio if ceilings else None))
     return rows
 
 
-def _print_categories(result: BenchResult) -> None:
-    print("\nBy category: tok/s ÷ plain tok/s, auto against the best fixed drafter and K, and what lookup could reach with foresight")
-    print(f"{'category':<18} {'plain tok/s':>11} {'best fixed':>22} {'×plain':>7} {'auto ×plain':>11} {'auto ÷ best':>11} {'ceiling':>8}")
+def _print_categories(result: BenchResult, doubts: Doubts, costs_doubted: bool) -> None:
+    print("\nBy category: tok/s ÷ plain tok/s, auto against the best fixed drafter and K, and what lookup alone could reach with foresight")
+    print(f"{'category':<18} {'plain tok/s':>11} {'best fixed':>22} {'×plain':>8} {'auto ×plain':>12} {'auto ÷ best':>11} {'ceiling':>8}")
     for row in category_table(result):
         share = f"{row.auto_ratio / row.best_ratio:11.2f}" if row.best_ratio else f"{'-':>11}"
-        ceiling = f"{row.ceiling_ratio:8.2f}" if row.ceiling_ratio is not None else f"{'-':>8}"
-        best_ratio = f"{row.best_ratio:7.2f}" if row.best else f"{'-':>7}"
+        ceiling = f"{row.ceiling_ratio:8.2f}" if row.ceiling_ratio is not None and not costs_doubted else f"{'-':>8}"
+        best_mark = doubts.speedup(f"{row.category}, {row.best.label}", row.best_ratio, row.best_tokens_per_pass) if row.best else " "
+        best_ratio = f"{row.best_ratio:7.2f}{best_mark}" if row.best else f"{'-':>8}"
+        auto_mark = doubts.speedup(f"{row.category}, auto", row.auto_ratio, row.auto_tokens_per_pass)
         print(f"{row.category:<18} {row.plain_per_second:11.1f} {row.best.label if row.best else '-':>22} {best_ratio} "
-              f"{row.auto_ratio:11.2f} {share} {ceiling}")
+              f"{row.auto_ratio:11.2f}{auto_mark} {share} {ceiling}")
     auto_runs = [m for m in result.measurements if m.mode.drafter == "auto"]
     if not auto_runs:
         return
@@ -138,8 +150,10 @@ def _print_categories(result: BenchResult) -> None:
         if not rounds:
             continue
         medians.append((statistics.median(rounds), prompt.id))
-        prompt_ceiling = result.ceilings.get(prompt.id)
-        lines.append(f"  {prompt.id:<26} {ratio(GenerationStats.total(autos), GenerationStats.total(plains)):5.2f}  "
+        prompt_ceiling = None if costs_doubted else result.ceilings.get(prompt.id)
+        together = GenerationStats.total(autos)
+        mark = doubts.speedup(f"{prompt.id}, auto", ratio(together, GenerationStats.total(plains)), together.tokens_per_step)
+        lines.append(f"  {prompt.id:<26} {ratio(together, GenerationStats.total(plains)):5.2f}{mark} "
                      f"median {medians[-1][0]:5.2f} ({rounds[0]:.2f}-{rounds[-1]:.2f})"
                      + (f"  ceiling {prompt_ceiling.ratio:.2f}, median ÷ ceiling {medians[-1][0] / prompt_ceiling.ratio:.2f}" if prompt_ceiling else ""))
     if medians:
@@ -149,7 +163,7 @@ def _print_categories(result: BenchResult) -> None:
     print("\n".join(lines))
 
 
-def _print_auto(result: BenchResult) -> None:
+def _print_auto(result: BenchResult, costs_doubted: bool) -> None:
     runs = [m for m in result.measurements if m.mode.drafter == "auto"]
     if not runs:
         return
@@ -165,7 +179,8 @@ def _print_auto(result: BenchResult) -> None:
         print(f"  tokens per step: predicted {predicted:.2f}, got {stats.tokens_per_step:.2f}")
     if result.verify_ms and 1 in result.verify_ms:
         one = result.verify_ms[1]
-        print("  the target's verify cost by batch size (auto's table, calibrated at load and kept current):")
+        print("  the target's verify cost by batch size (auto's table, calibrated at load and kept current)"
+              + (f" {MARK} contradicts itself, see the end:" if costs_doubted else ":"))
         print("  " + ", ".join(f"{n}: {ms:.0f} ms ({ms / one:.2f}×)" for n, ms in result.verify_ms.items()))
 
 

@@ -79,7 +79,7 @@ def select_prompts(prompts: list[BenchPrompt], only: str | None) -> list[BenchPr
     unknown = wanted - {p.id for p in prompts} - {p.category for p in prompts}
     if unknown or not chosen:
         names = ", ".join(sorted(unknown)) if unknown else repr(only)
-        raise EngineError(
+        raise UsageError(
             f"--only: no prompt or category named {names}. "
             f"Categories: {', '.join(sorted({p.category for p in prompts}))}; prompts: {', '.join(p.id for p in prompts)}."
         )
