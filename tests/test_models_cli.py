@@ -113,12 +113,18 @@ def test_bad_names_and_bad_catalogs_get_clear_errors(tiny_hub: LoopbackHub, hub_
     assert "neither a pair id nor OWNER/REPO/FILE.gguf" in cli("pull", "tiny/target.gguf", env=hub_env).stderr
     missing = cli("pull", "tiny/target-GGUF/q8.gguf", env=hub_env)
     assert missing.returncode == 1 and "tiny/target-GGUF has no file q8.gguf" in missing.stderr
+    # Issue 56: a path for a hub name ended in huggingface_hub's HFValidationError; an unknown pair id exited 1, not 2
+    for command in (("pull", "no-such-pair"), ("rm", "no-such-pair", "--yes"), ("check", "no-such-pair")):
+        unknown = cli(*command, env=hub_env)
+        assert unknown.returncode == 2 and "No pair named 'no-such-pair'" in unknown.stderr, (command, unknown.stderr)
     path = write_user_catalog(hub_env, tiny_pair("tiny", "target", "near").replace("draft_max = 2", "draft_max = 99"))
     broken = cli("list", env=hub_env)
     assert broken.returncode == 1
     assert f"{path}, line 4, pair 'tiny', field draft_max: draft_max = 99; expected an integer from 1 to 32" in broken.stderr
     both = cli("check", "tiny", "--target", "x.gguf", env=hub_env)
-    assert both.returncode == 1 and "not both" in both.stderr
+    assert both.returncode == 2 and "not both" in both.stderr
+    climbing = cli("pull", "../../etc/passwd.gguf", env=hub_env)
+    assert climbing.returncode == 2 and "neither a pair id nor OWNER/REPO/FILE.gguf" in climbing.stderr and "Traceback" not in climbing.stderr
 
 
 def test_the_real_pair_checks_pulls_resumes_and_verifies(hub: LoopbackHub, hub_env: dict[str, str], real_models):

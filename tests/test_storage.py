@@ -141,6 +141,17 @@ def test_settings_that_are_not_json_are_kept_beside_the_file(tmp_path):
     assert (tmp_path / "settings.json.bad").read_text() == '{"last_pair": "my-pair",'
 
 
+def test_a_byte_that_is_not_utf8_costs_no_setting_and_the_file_is_kept_beside(tmp_path):
+    """Issue 56: one invalid byte dropped every field, kept no copy, and the next save overwrote the file."""
+    path = tmp_path / "settings.json"
+    raw = b'{"last_pair": "my-pair", "max_tokens": 99, "system_note": "caf\xe9"}'
+    path.write_bytes(raw)
+    settings, note = load_settings(path)
+    assert (settings.last_pair, settings.max_tokens) == ("my-pair", 99)
+    assert note is not None and "not UTF-8" in note and "settings.json.bad" in note
+    assert (tmp_path / "settings.json.bad").read_bytes() == raw  # byte for byte, before any save rewrites the file
+
+
 def test_settings_that_cannot_be_saved_say_so(tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("")

@@ -22,7 +22,7 @@ from typing import Any
 from localspec import paths
 from localspec.catalog.toml_lines import TomlLines
 from localspec.engine import defaults
-from localspec.errors import LocalspecError
+from localspec.errors import LocalspecError, UsageError
 from localspec.gguf.split import SplitNameError, split_parts
 
 TAGS = ("code", "chat", "reasoning", "multilingual")
@@ -57,6 +57,10 @@ class CatalogError(LocalspecError):
     """A models.toml that cannot be used, located to the line."""
 
 
+class UnknownPairError(CatalogError, UsageError):
+    """A pair id the catalog does not have: the user's typo, so the command line exits 2 for it."""
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """One model of a pair: a file on the hub (repo + file) or on the local disk (path)."""
@@ -88,9 +92,12 @@ class ModelRef:
 def hub_file_ref(text: str) -> ModelRef | None:
     """OWNER/REPO/FILE.gguf (the file may sit in a folder of the repository) as a hub reference; None if `text` is not one."""
     parts = text.strip().split("/")
-    if len(parts) < 3 or not parts[-1].endswith(".gguf") or any(not part for part in parts):
+    if len(parts) < 3 or not parts[-1].endswith(".gguf") or any(part in ("", ".", "..") for part in parts):
         return None
-    return ModelRef(repo="/".join(parts[:2]), file="/".join(parts[2:]))
+    repo = "/".join(parts[:2])
+    if not _REPO.match(repo) or ".." in repo or "--" in repo:  # the hub's own rules for a repository id
+        return None
+    return ModelRef(repo=repo, file="/".join(parts[2:]))
 
 
 def pair_id_problem(pair_id: str) -> str | None:
@@ -136,7 +143,7 @@ class Catalog:
             return self.pairs[pair_id]
         except KeyError:
             known = ", ".join(sorted(self.pairs))
-            raise CatalogError(f"No pair named {pair_id!r}. Known pairs: {known}. Run `localspec list` to see them all.") from None
+            raise UnknownPairError(f"No pair named {pair_id!r}. Known pairs: {known}. Run `localspec list` to see them all.") from None
 
     @property
     def default(self) -> Pair:

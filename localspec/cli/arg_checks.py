@@ -73,6 +73,8 @@ def read_prompt(args: argparse.Namespace) -> None:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
             raise UsageError(f"--prompt-file {args.prompt_file}: the file cannot be read ({reason}).") from None
     elif getattr(args, "prompt", None) == "-":
+        if sys.stdin is None:  # started with standard input closed (`<&-`)
+            raise UsageError("--prompt -: standard input is closed. Pipe the prompt in, or give it with --prompt TEXT.")
         try:
             args.prompt = sys.stdin.read()
         except UnicodeDecodeError:

@@ -12,6 +12,6 @@ def confirmed(action: str, yes: bool, command: str) -> bool:
     message when there is no one to ask."""
     if yes:
         return True
-    if not sys.stdin.isatty():
+    if sys.stdin is None or not sys.stdin.isatty():  # None: standard input closed
         raise UsageError(f"`{command}` would {action}. Add --yes to go ahead without asking.")
     return input(f"{action[0].upper()}{action[1:]}? [y/N] ").strip().lower() in ("y", "yes")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair, hub_file_ref, load_catalog, model_ref, user_catalog_path
+from localspec.catalog.models_toml import Catalog, ModelRef, Pair, hub_file_ref, load_catalog, model_ref, user_catalog_path
 from localspec.catalog.pair_files import (
     HeaderReport,
     PairCheck,
@@ -24,6 +24,7 @@ from localspec.catalog.pair_files import (
 )
 from localspec.cli.confirm import confirmed
 from localspec.cli.progress_bar import ProgressBar
+from localspec.errors import UsageError
 from localspec.gguf.split import split_parts
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
@@ -44,14 +45,14 @@ def run_model_command(args: argparse.Namespace) -> int:
 def _hub_file(text: str) -> ModelRef:
     ref = hub_file_ref(text)
     if ref is None:
-        raise CatalogError(f"{text!r} is neither a pair id nor OWNER/REPO/FILE.gguf. Run `localspec list` for the pair ids.")
+        raise UsageError(f"{text!r} is neither a pair id nor OWNER/REPO/FILE.gguf. Run `localspec list` for the pair ids.")
     return ref
 
 
 def _model(role: str, text: str) -> ModelRef:
     ref = model_ref(text)
     if ref is None:
-        raise CatalogError(f"--{role} {text!r} is neither a local .gguf path nor OWNER/REPO/FILE.gguf.")
+        raise UsageError(f"--{role} {text!r} is neither a local .gguf path nor OWNER/REPO/FILE.gguf.")
     return ref
 
 
@@ -110,14 +111,14 @@ def _rm(config: HubConfig, pair_id: str, yes: bool) -> int:
 
 def _check(config: HubConfig, args: argparse.Namespace) -> int:
     if args.pair and (args.target or args.draft):
-        raise CatalogError("Give a pair id, or --target and --draft, not both.")
+        raise UsageError("Give a pair id, or --target and --draft, not both.")
     if args.pair:
         pair: Pair = load_catalog().get(args.pair)
         target, draft = pair.target, pair.draft
     elif args.target and args.draft:
         target, draft = _model("target", args.target), _model("draft", args.draft)
     else:
-        raise CatalogError("Give a pair id (`localspec check PAIR`), or both --target and --draft.")
+        raise UsageError("Give a pair id (`localspec check PAIR`), or both --target and --draft.")
     result = check_pair_headers(config, target, draft)
     _print_check(result)
     return 0 if result.compatible else 1

@@ -13,6 +13,9 @@ from localspec.engine.errors import PairMismatchError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_COMPARED_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are specials that may differ
+# tokenizer.ggml.model -> llama.cpp's enum llama_vocab_type, so header and loaded model compare alike
+VOCAB_TYPES = {"no_vocab": 0, "llama": 1, "gpt2": 2, "bert": 3, "t5": 4, "rwkv": 5, "plamo2": 6}
+VOCAB_NAMES = {number: name for name, number in VOCAB_TYPES.items()}
 
 
 class TokenizerFacts(Protocol):
@@ -34,6 +37,11 @@ class TokenizerFacts(Protocol):
     def token_text(self, token: int) -> str: ...
 
 
+def vocab_name(vocab_type: int) -> str:
+    """The tokenizer's name as GGUF files spell it (tokenizer.ggml.model), as `check` prints it."""
+    return VOCAB_NAMES.get(vocab_type, "unknown")
+
+
 def _refuse(reason: str) -> PairMismatchError:
     return PairMismatchError(
         f"The draft and target cannot be used together: {reason}. "
@@ -44,7 +52,7 @@ def _refuse(reason: str) -> PairMismatchError:
 def check_pair(target: TokenizerFacts, draft: TokenizerFacts) -> None:
     """Raise PairMismatchError naming the first difference, or return if the pair is usable."""
     if target.vocab_type != draft.vocab_type:
-        raise _refuse(f"vocabulary types differ (target {target.vocab_type}, draft {draft.vocab_type})")
+        raise _refuse(f"vocabulary types differ (target {vocab_name(target.vocab_type)}, draft {vocab_name(draft.vocab_type)})")
     for name in ("bos", "eos", "add_bos", "add_eos"):
         t, d = getattr(target, name), getattr(draft, name)
         if t != d:

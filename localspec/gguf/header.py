@@ -17,6 +17,8 @@ from typing import Any
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localspec.engine.errors import ModelLoadError
+from localspec.engine.llama.model import check_gguf_file
+from localspec.engine.pair_check import VOCAB_TYPES
 from localspec.units import format_bytes
 
 DEFAULT_ALIGNMENT = 32  # GGUF's, where general.alignment is not set
@@ -25,8 +27,6 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _STRING, _ARRAY = 8, 9
 _CHUNK = 1 << 20
 
-# tokenizer.ggml.model -> llama.cpp's enum llama_vocab_type, so header and loaded model compare alike
-VOCAB_TYPES = {"no_vocab": 0, "llama": 1, "gpt2": 2, "bert": 3, "t5": 4, "rwkv": 5, "plamo2": 6}
 
 
 class _Reader:
@@ -187,10 +187,7 @@ def tensor_bytes(tensor: TensorInfo) -> int:
 
 def read_local_header(path: Path) -> GGUFHeader:
     """The header of a local file, which must hold every byte of tensor data its header describes."""
-    if path.is_dir():
-        raise ModelLoadError(f"{path} is a directory, not a GGUF model file. Point to the .gguf file inside it.")
-    if not path.is_file():
-        raise ModelLoadError(f"Model file not found: {path}. Check the path, or download the model first.")
+    check_gguf_file(path)  # the loader's own words: not found, a directory, a device, not a GGUF
     with open(path, "rb") as f:
         header = read_header(f.read, str(path))
     check_complete(path, header)

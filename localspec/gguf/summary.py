@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.gguf.header import VOCAB_TYPES, GGUFHeader
+from localspec.engine.pair_check import vocab_name
+from localspec.gguf.header import GGUFHeader
 
 # llama.h's enum llama_ftype: general.file_type -> the name users know
 FILE_TYPES = {
@@ -18,7 +19,6 @@ FILE_TYPES = {
     21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S",
     29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
 }
-_VOCAB_NAMES = {number: name for name, number in VOCAB_TYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ModelSummary:
             n_params=first.n_params + sum(h.n_params for h in others or []),
             quantization=FILE_TYPES.get(int(file_type), f"type {file_type}") if file_type is not None else "unknown",
             context_length=int(context) if context is not None else None,
-            vocab_type=_VOCAB_NAMES.get(first.vocab_type, "unknown"),
+            vocab_type=vocab_name(first.vocab_type),
             n_vocab=first.n_vocab,
             name=str(first.metadata.get("general.name", "")),
         )

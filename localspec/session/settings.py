@@ -117,17 +117,22 @@ def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
     """
     path = path or settings_path()
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return Settings(), None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         return Settings(), f"{path} could not be read ({exc}); the defaults apply for now."
+    try:
+        text, damage = raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:  # a stray byte costs the field it sits in, not the file
+        text = raw.decode("utf-8", errors="replace")
+        damage = f"{path} has a byte that is not UTF-8 text (at offset {exc.start}); the fields around it were read as they are."
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, found {type(data).__name__}")
     except ValueError as exc:
-        return Settings(), f"{path} is not valid JSON ({exc}); the defaults apply.{_keep_copy(path, text)}"
+        return Settings(), f"{path} is not valid JSON ({exc}); the defaults apply.{_keep_copy(path, raw)}"
     settings, bad = Settings(), []
     known = {f.name for f in fields(Settings)}
     for name, value in data.items():
@@ -137,16 +142,17 @@ def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
             settings = settings.with_changes(**{name: value})
         except SettingsError as exc:
             bad.append(f"{name} = {json.dumps(value)} ({str(exc).removeprefix('Invalid setting: ').rstrip('.')})")
-    if not bad:
-        return settings, None
-    return settings, f"In {path}, these settings were invalid and the defaults replace them: {'; '.join(bad)}. Every other setting was kept."
+    notes = [damage + _keep_copy(path, raw)] if damage else []
+    if bad:
+        notes.append(f"In {path}, these settings were invalid and the defaults replace them: {'; '.join(bad)}. Every other setting was kept.")
+    return settings, " ".join(notes) or None
 
 
-def _keep_copy(path: Path, text: str) -> str:
-    """Keep what the user saved beside the file, so the next save cannot lose it; the note's tail says where."""
+def _keep_copy(path: Path, raw: bytes) -> str:
+    """Keep what the user saved beside the file, byte for byte, so the next save cannot lose it; the note's tail says where."""
     aside = path.with_suffix(".json.bad")
     try:
-        aside.write_text(text, encoding="utf-8")
+        aside.write_bytes(raw)
     except OSError:
         return ""
     return f" Its text is kept in {aside}."

@@ -19,6 +19,7 @@ import gguf
 
 from localspec.engine.errors import EngineError
 from localspec.engine.llama.model import check_gguf_file
+from localspec.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
     if not total:
         raise EngineError(f"{target.name} has no {block_count_key}: it is not a layered language model, so no draft can be cut from it.")
     if not 1 <= n_layers < total:
-        raise EngineError(f"--layers must be between 1 and {total - 1}: {target.name} has {total} blocks, and the draft keeps fewer.")
+        raise UsageError(f"A self-draft of {n_layers} blocks cannot be cut: {target.name} has {total} blocks, and the draft keeps "
+                         f"between 1 and {total - 1} of them (--layers, or the self-draft layers setting).")
 
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
