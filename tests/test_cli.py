@@ -194,3 +194,64 @@ def test_a_host_that_is_not_this_machines_is_not_told_to_pick_another_port(tiny)
                        ("192.0.2.1", "--host must be an address of this machine")):  # TEST-NET-1: never this machine's
         result = cli("serve", "--host", host, "--api-key", "k", "--target", str(tiny["target"]), timeout=120)
         assert result.returncode == 2 and says in result.stderr and "--port" not in result.stderr, result.stderr
+
+
+def test_what_a_newcomer_typed_wrong_exits_2_with_a_sentence(tmp_path, tiny):
+    """Issue 56: a closed standard input ended in an AttributeError; `bench --only no-such-id`, `make-draft --layers 999` and an
+    unknown pair id exited 1, against the rule "2: the command line is wrong"; /dev/null was called a directory."""
+    closed = subprocess.run([sys.executable, "-m", "localspec", "generate", "--target", str(tiny["target"]), "--prompt", "-"],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+                            preexec_fn=lambda: os.close(0))  # `<&-`: the process starts with no standard input at all
+    assert closed.returncode == 2 and "standard input is closed" in closed.stderr and "Traceback" not in closed.stderr, closed.stderr
+    only = cli("bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]), "--only", "no-such-id")
+    assert only.returncode == 2 and "--only: no prompt or category named no-such-id" in only.stderr
+    layers = cli("make-draft", "--layers", "999", str(tiny["target"]), str(tmp_path / "out.gguf"))
+    assert layers.returncode == 2 and "A self-draft of 999 blocks cannot be cut" in layers.stderr and not (tmp_path / "out.gguf").exists()
+    device = cli("generate", "--target", "/dev/null", "--prompt", "hi")
+    assert device.returncode == 1 and "/dev/null is not a regular file" in device.stderr and "directory" not in device.stderr
+
+
+def test_vocabulary_types_are_named_as_check_names_them():
+    """Issue 56: a Gemma draft for a Qwen target read "vocabulary types differ (target 2, draft 1)"."""
+    from dataclasses import dataclass
+
+    from localspec.engine.errors import PairMismatchError
+    from localspec.engine.pair_check import VOCAB_TYPES, check_pair
+
+    @dataclass
+    class Facts:  # what a GGUF header or a loaded model says of its tokenizer
+        vocab_type: int
+        bos: int = 1
+        eos: int = 2
+        add_bos: bool = False
+        add_eos: bool = False
+        n_vocab: int = 10
+
+        def token_text(self, token: int) -> str:
+            return str(token)
+
+    with pytest.raises(PairMismatchError, match=r"vocabulary types differ \(target gpt2, draft llama\)"):
+        check_pair(Facts(VOCAB_TYPES["gpt2"]), Facts(VOCAB_TYPES["llama"]))
+
+
+def test_ctrl_c_during_a_model_load_stops_it_and_exits_130(tmp_path, real_models):
+    """Issue 56: Ctrl-C 3-4 s into a load was printed as "Exception ignored on calling ctypes callback function" (it landed
+    in llama.cpp's log callback) and lost: the command loaded, answered and exited 0."""
+    import signal
+    import time
+
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    process = subprocess.Popen([sys.executable, "-m", "localspec", "generate", "--target", str(real_models[0]), "--no-draft",
+                                "--prompt", "Write a long story.", "--max-tokens", "400"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(log.stat().st_size for log in (tmp_path / "state").rglob("llama.log")):  # llama.cpp has begun the load
+            assert process.poll() is None and time.monotonic() < deadline, "the load never began"
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130, (process.returncode, err)
+    assert "Exception ignored" not in err and "Traceback" not in err and out == "", (out, err)

@@ -337,3 +337,36 @@ def test_llama_cpp_logging_after_the_log_file_closed_prints_nothing_over_the_ter
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Exception ignored" not in result.stderr and "closed file" not in result.stderr, result.stderr
+
+
+def test_a_cancelled_load_stops_inside_llama_cpp_and_keeps_nothing(tiny):
+    """Issue 56: a cancel was checked only between the two models, so Ctrl+Q in the app waited out the whole load (17-41 s
+    on a busy machine). llama.cpp's progress callback now stops it at the next tensor."""
+    from localspec.engine.errors import LoadCancelled
+    from localspec.engine.llama.model import Model
+
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(LoadCancelled, match="cancelled"):
+        Model(tiny["target"], cancel=stop)
+    with pytest.raises(LoadCancelled):
+        Engine(EngineConfig(tiny["target"], tiny["same"]), cancel=stop)  # before the target's weights, not after them
+    Model(tiny["target"], cancel=threading.Event()).close()  # a cancel never set is no cancel
+
+
+def test_a_pair_auto_ran_before_is_not_timed_again_at_load(tiny, tmp_path):
+    """Issue 56: every start of the app spent 30+ s on "timing plain decoding…" on a busy machine, though auto's cost cache
+    already held the plain step; the README said later loads time nothing."""
+    from localspec.session.chat import plain_baseline_ms
+
+    config = EngineConfig(tiny["target"], tiny["same"], cost_cache_dir=tmp_path)
+    stages: list[str] = []
+    with Engine(config) as engine:
+        assert engine.known_plain_ms() is None
+        assert plain_baseline_ms(engine, stages.append) > 0 and stages == ["timing plain decoding"]
+        run(engine.decoder("auto"), raw_prompt_tokens(engine.target, "hello"), GenerationConfig(max_tokens=16))  # saves its costs
+    stages.clear()
+    with Engine(config) as engine:
+        known = engine.known_plain_ms()
+        assert known is not None and known > 0
+        assert plain_baseline_ms(engine, stages.append) == known and stages == []  # nothing timed

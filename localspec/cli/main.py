@@ -181,8 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         from localspec.tui.app import LocalspecApp
 
-        LocalspecApp().run()
-        return 0
+        app = LocalspecApp()
+        app.run()
+        if app.load_cancel is not None:  # the load worker stops at its next tensor; the process ends when it has
+            print("localspec: stopping the model load…", file=sys.stderr)
+        return app.return_code or 0
     try:
         check_args(args)
         if args.command == "generate":

@@ -17,6 +17,7 @@ from localspec.engine import defaults
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
+from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.self_draft import cached_self_draft
@@ -51,7 +52,7 @@ class Engine:
         report = on_stage or (lambda _stage: None)
         report("loading the target")
         self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads,
-                                                             devices=config.target_devices), role="target")
+                                                             devices=config.target_devices), role="target", cancel=cancel)
         self.draft: Model | None = None
         self._self_draft: Model | None = None
         try:
@@ -59,7 +60,7 @@ class Engine:
                 self._check_cancel(cancel)
                 report("loading the draft")
                 self.draft = Model(config.draft, ModelConfig(config.draft_gpu_layers, config.n_ctx, n_threads=config.n_threads,
-                                                                    devices=config.draft_devices), role="draft")
+                                                                    devices=config.draft_devices), role="draft", cancel=cancel)
                 self._check_cancel(cancel)
                 report("checking the pair")
                 check_pair(self.target.vocab, self.draft.vocab)
@@ -84,6 +85,10 @@ class Engine:
             self.target.ensure_sequences(max(spec.target_sequences, self._n_slots))
             self._drafters[name] = spec.build(self)
         return self._drafters[name]
+
+    def has_decoder(self, drafter: str) -> bool:
+        """Whether the named drafter's decoder is built (building one may time the machine's passes first)."""
+        return drafter in self._decoders
 
     def decoder(self, drafter: str) -> Decoder:
         """One sequence's generations with the named drafter (kept, as the drafter is)."""
@@ -113,6 +118,14 @@ class Engine:
     @property
     def cost_cache_dir(self) -> Path | None:
         return self.config.cost_cache_dir
+
+    def known_plain_ms(self) -> float | None:
+        """The target's one-token pass as this pair measured it on this machine before (auto's cost cache), or None
+        where it never ran here: the plain baseline a later load takes instead of timing plain decoding again."""
+        if self.cost_cache_dir is None:
+            return None
+        table = cost_cache.load(cost_cache.cache_file(self.cost_cache_dir, self.target, self.draft))
+        return table.target.ms.get(1) if table is not None else None
 
     def draft_model(self) -> Model:
         if self.draft is None:

@@ -17,7 +17,7 @@ from localspec.serve.app import create_app
 from localspec.serve.batch_worker import BatchWorker
 from localspec.serve.options import ServeOptions
 from localspec.serve.state import ServerState
-from localspec.session.chat import plain_ms_per_token
+from localspec.session.chat import plain_baseline_ms
 
 
 def run_server(config: EngineConfig, options: ServeOptions) -> int:
@@ -59,8 +59,11 @@ class _Server(uvicorn.Server):
 
 def _load(state: ServerState, config: EngineConfig) -> None:
     try:
-        engine = Engine(config, on_stage=lambda stage: print(f"localspec serve: {stage}", file=sys.stderr, flush=True))
-        state.plain_ms_per_token = plain_ms_per_token(engine)
+        def say(stage: str) -> None:
+            print(f"localspec serve: {stage}", file=sys.stderr, flush=True)
+
+        engine = Engine(config, on_stage=say)
+        state.plain_ms_per_token = plain_baseline_ms(engine, say)
         if state.options.parallel > 1:
             print(f"localspec serve: {state.options.parallel} slots: timing the target's batches", file=sys.stderr, flush=True)
         state.worker.attach(engine.batch(state.options.parallel) if state.options.parallel > 1 else engine.alone())

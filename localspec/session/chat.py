@@ -19,6 +19,7 @@ from localspec.catalog.models_toml import Pair
 from localspec.engine.chat import Message
 from localspec.engine.decode import Decoder
 from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.errors import LoadCancelled
 from localspec.engine.events import Finished, StopReason
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.stats import GenerationStats
@@ -65,8 +66,7 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
                           target_devices=plan.target_devices, draft_devices=plan.draft_devices)
     engine = Engine(config, on_stage, cancel)
     try:
-        on_stage("timing plain decoding")
-        plain_ms = plain_ms_per_token(engine)
+        plain_ms = plain_baseline_ms(engine, on_stage, cancel)
         layers = [offloaded_layers(model) for model in (engine.draft, engine.target) if model is not None]
         return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers)
     except BaseException:
@@ -74,10 +74,24 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
         raise
 
 
-def plain_ms_per_token(engine: Engine) -> float:
+def plain_baseline_ms(engine: Engine, on_stage: Callable[[str], object] = lambda _stage: None,
+                      cancel: threading.Event | None = None) -> float:
+    """The plain step this pair took here before (auto's cost cache), else timed now: once auto has run a pair on a
+    machine, its loads time nothing (a busy 2-core machine spent 30 s of every start timing plain decoding)."""
+    known = engine.known_plain_ms()
+    if known is not None:
+        return known
+    on_stage("timing plain decoding")
+    return plain_ms_per_token(engine, cancel)
+
+
+def plain_ms_per_token(engine: Engine, cancel: threading.Event | None = None) -> float:
     """The target's own plain step on this machine, timed over a few tokens: the baseline every speedup is measured against."""
     prompt = engine.target.vocab.tokenize("Hello", add_special=True)
-    stats = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS))).stats
+    finished = _last(engine.plain.generate(prompt, GenerationConfig(max_tokens=CALIBRATION_TOKENS), cancel))
+    if finished.reason is StopReason.CANCELLED:
+        raise LoadCancelled("Loading the pair was cancelled.")
+    stats = finished.stats
     return stats.predicted_ms / stats.predicted_n if stats.predicted_n else 0.0
 
 
@@ -128,8 +142,10 @@ class _Transcript:
 
 def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Settings, history: History, message_id: int,
                   cancel: threading.Event, on_update: Callable[[AnswerUpdate], None],
-                  conversation_counts: tuple[int, int] = (0, 0), ready: Callable[[], bool] = lambda: True) -> AnswerResult:
-    """Generate the assistant's reply to `messages`, reporting and saving as it goes.
+                  conversation_counts: tuple[int, int] = (0, 0), ready: Callable[[], bool] = lambda: True,
+                  on_stage: Callable[[str], object] = lambda _stage: None) -> AnswerResult:
+    """Generate the assistant's reply to `messages`, reporting and saving as it goes; `on_stage` hears what the first
+    token waits on (a wait of seconds on a busy machine, that nothing else would explain).
 
     Updates go out at most every UPDATE_INTERVAL_S, and only when `ready()` says the
     last one has been drawn: a busy UI gets fewer, larger updates instead of a
@@ -137,9 +153,12 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     """
     engine = loaded.engine
     request = resolve(settings.asked, draft_model=engine.draft is not None, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES)
+    if not engine.has_decoder(request.drafter):
+        on_stage(f"preparing the {request.drafter} drafter")
     decoder: Decoder = engine.decoder(request.drafter)
     fitted = fit_conversation(engine.target, messages, answer_room(engine.target.n_ctx, settings.max_tokens))
     prompt = fitted.tokens
+    on_stage(f"reading the prompt ({len(prompt)} tokens)")
     live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
     transcript = _Transcript()
     pending: list[tuple[str, str]] = []
@@ -158,7 +177,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
                 pending.append((event.source.value, event.text))
             now = time.perf_counter()
             if now - last_update >= UPDATE_INTERVAL_S and ready():
-                on_update(AnswerUpdate(pending, live.snapshot(stats, engine.target.n_past)))
+                on_update(AnswerUpdate(pending, live.snapshot(stats, len(prompt) + stats.predicted_n)))
                 pending, last_update = [], now
             if now - last_save >= SAVE_INTERVAL_S:
                 history.save_partial(message_id, transcript.text, transcript.runs)
@@ -167,7 +186,9 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
         history.finish_answer(message_id, transcript.text, "error", stats.to_dict(), transcript.runs)
         raise
     assert finished is not None
-    snapshot = live.snapshot(finished.stats, engine.target.n_past)
+    # the conversation's tokens, the answer's included: a stopped answer's cells are freed at once, but its text stays in
+    # the chat and comes back with the next prompt (the cache's n_past read 41 after Esc where the chat held 59)
+    snapshot = live.snapshot(finished.stats, len(prompt) + finished.stats.predicted_n)
     if pending:
         on_update(AnswerUpdate(pending, snapshot))
     status = ANSWER_STATUS.get(finished.reason, "complete")

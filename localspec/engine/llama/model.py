@@ -20,10 +20,11 @@ import llama_cpp
 import numpy as np
 
 from localspec.engine import defaults, prompt_passes
-from localspec.engine.errors import EngineError, ModelLoadError
+from localspec.engine.errors import EngineError, LoadCancelled, ModelLoadError
 from localspec.engine.grammar import Grammar
 from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
+from localspec.engine.llama.load_abort import LoadAbort
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
 
@@ -69,8 +70,10 @@ def check_gguf_file(path: Path) -> None:
     """Fail early, with a useful message, on paths llama.cpp would reject opaquely."""
     if not path.exists():
         raise ModelLoadError(f"Model file not found: {path}. Check the path, or download the model first.")
-    if not path.is_file():
+    if path.is_dir():
         raise ModelLoadError(f"{path} is a directory, not a GGUF model file. Point to the .gguf file inside it.")
+    if not path.is_file():  # /dev/null, a pipe, a socket
+        raise ModelLoadError(f"{path} is not a regular file (a device, pipe or socket), so it cannot be a GGUF model. Point to a .gguf file.")
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
@@ -84,7 +87,9 @@ def check_gguf_file(path: Path) -> None:
 class Model:
     """A loaded GGUF model, its vocabulary, and one llama.cpp context holding one sequence or several."""
 
-    def __init__(self, path: str | Path, config: ModelConfig = ModelConfig(), role: str = "model") -> None:
+    def __init__(self, path: str | Path, config: ModelConfig = ModelConfig(), role: str = "model",
+                 cancel: threading.Event | None = None) -> None:
+        """Load the weights and open the context; `cancel` (or Ctrl-C on the main thread) stops the load midway."""
         self.path = Path(path)
         self.role = role
         self.config = config
@@ -98,17 +103,19 @@ class Model:
         if config.devices is not None:  # NULL-terminated; llama.cpp copies the list during the load
             devices = (ctypes.c_void_p * (len(config.devices) + 1))(*config.devices, None)
             model_params.devices = ctypes.addressof(devices)
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
-        if not self._model:
-            raise ModelLoadError(failures.load_failed(self.path))
-
-        self.vocab = Vocabulary(llama_cpp.llama_model_get_vocab(self._model))
-        self.n_vocab = self.vocab.n_vocab
-        self.n_threads = config.resolved_threads()
-        self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
-        self.decode_ns = 0  # time inside llama_decode until its work is done, for the Python-overhead figure
+        abort = LoadAbort(cancel)
+        model_params.progress_callback = abort.callback
         try:
-            self._open_context(config.n_seq)
+            with abort.interrupts_deferred():
+                self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+                if not self._model:
+                    raise LoadCancelled("Loading the pair was cancelled.") if abort.stopped else ModelLoadError(failures.load_failed(self.path))
+                self.vocab = Vocabulary(llama_cpp.llama_model_get_vocab(self._model))
+                self.n_vocab = self.vocab.n_vocab
+                self.n_threads = config.resolved_threads()
+                self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
+                self.decode_ns = 0  # time inside llama_decode until its work is done, for the Python-overhead figure
+                self._open_context(config.n_seq)
         except BaseException:
             self.close()
             raise
