@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -145,8 +146,90 @@ async def test_escape_stops_mid_answer_and_keeps_the_text(setup: Setup, tiny, mo
         view = answers(app)[-1]
         assert view.status == "stopped" and "stopped" in str(view.query_one(".message-header").render())
         kept = view.text
+        # Issue 56: "context" fell from 59 to 41 after Esc (the freed cells) while the stopped text stayed in the chat
+        snapshot = app.query_one(StatsPanel).last_snapshot
+        assert snapshot is not None and snapshot.context_used == snapshot.prompt_tokens + snapshot.generated > snapshot.prompt_tokens
     stored = History(setup.history).messages(History(setup.history).conversations()[0].id)[-1]
     assert stored.status == "stopped" and stored.content == kept and 0 < stored.stats["predicted_n"] < 3000
+
+
+def long_conversation(setup: Setup, pair_id: str) -> None:
+    """A first exchange taller than any of the test screens, so the next answer starts below the fold."""
+    history = History(setup.history)
+    conversation = history.create("long")
+    history.add_user_message(conversation.id, "first")
+    answer = history.start_answer(conversation.id, pair_id, Settings().generation_dict())
+    history.finish_answer(answer, "\n\n".join(f"Paragraph {i} of an earlier answer." for i in range(40)), "complete", {}, [])
+    history.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (50, 15)])
+@run_async
+async def test_the_chat_follows_an_answer_below_the_fold_until_the_user_scrolls_up(setup: Setup, tiny, monkeypatch, size):
+    """Issue 56: in a second turn at 80x24, 35 tokens arrived while the answer's block stayed out of sight until it ended."""
+    setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative_draft"]), last_pair="tiny", max_tokens=3000, drafter="model")
+    long_conversation(setup, "tiny")
+    slow_after(monkeypatch, 30)
+    app = setup.app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        container = app.query_one("#messages")
+        await pilot.press(*"go on", "enter")
+        await wait_for(pilot, lambda: app.streaming is not None and len(app.streaming.text) > 40)
+        for _ in range(3):  # as the answer grows, its newest line stays in sight
+            grown = len(app.streaming.text)
+            await wait_for(pilot, lambda grown=grown: len(app.streaming.text) > grown + 10)
+            await pilot.pause(0.2)
+            assert container.max_scroll_y > 0 and container.scroll_y >= container.max_scroll_y - 1, (container.scroll_y, container.max_scroll_y)
+            assert app.streaming.region.bottom <= container.region.bottom + 1 and app.streaming.region.bottom > container.region.y
+        container.scroll_home(animate=False)  # the user scrolls up to read: the chat leaves the view where it is
+        await pilot.pause(0.2)
+        grown = len(app.streaming.text)
+        await wait_for(pilot, lambda: len(app.streaming.text) > grown + 10)
+        await pilot.pause(0.2)
+        assert container.scroll_y < 2
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.streaming is None)
+
+
+@run_async
+async def test_an_answer_says_what_it_waits_on_before_its_first_token(setup: Setup, tiny, monkeypatch):
+    """Issue 56: the first answer's block stayed empty for 40 s (the prompt read, auto's first cost measurement)."""
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    generate = Decoder.generate
+
+    def slow_start(self, prompt, config, cancel=None):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)  # a long prompt read on a busy machine
+        yield from generate(self, prompt, config, cancel)
+
+    monkeypatch.setattr(Decoder, "generate", slow_start)
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.press(*"hello", "enter")
+        await wait_for(pilot, lambda: app.streaming is not None and "reading the prompt" in app.streaming._header())
+        header = str(app.streaming.query_one(".message-header").render())
+        assert re.search(r"reading the prompt \(\d+ tokens\)…", header), header
+        await wait_for(pilot, lambda: app.streaming is None)
+        assert "reading" not in answers(app)[-1]._header()  # said while it waits, gone once the text comes
+
+
+@run_async
+async def test_the_conversation_list_follows_the_terminal_width(setup: Setup, tiny):
+    """Issue 56: hidden when the app started under 100 columns, the list stayed hidden after the terminal grew."""
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        sidebar = app.query_one("#sidebar")
+        assert not sidebar.display
+        await pilot.resize_terminal(120, 40)
+        await wait_for(pilot, lambda: sidebar.display, timeout=5)
+        await pilot.resize_terminal(90, 30)
+        await wait_for(pilot, lambda: not sidebar.display, timeout=5)
+        await pilot.press("ctrl+b")  # the user's choice holds until the width crosses the line again
+        await pilot.resize_terminal(95, 30)
+        await pilot.pause(0.2)
+        assert sidebar.display
 
 
 @run_async
@@ -535,26 +618,38 @@ async def test_every_dialog_and_notice_reads_whole_at_80_by_24(setup: Setup, tin
         await wait_for(pilot, lambda: len(app.screen_stack) == 1)
 
 
+def fully_shown(widget) -> bool:  # type: ignore[no-untyped-def]
+    """Every cell of the widget is on screen: not below the screen's edge, and not clipped by a container around it (at
+    80x24 the add-pair form's buttons lay inside the screen, but its dialog cut them to their top edges)."""
+    geometry = widget.screen.find_widget(widget)
+    return geometry.region.intersection(geometry.clip) == geometry.region and geometry.region.bottom <= widget.screen.size.height
+
+
+@pytest.mark.parametrize("size", [(80, 24), (50, 15)])
 @run_async
-async def test_at_80x24_every_dialog_keeps_its_buttons_on_screen_and_the_footer_shows_help_and_settings(setup: Setup, tiny):
+async def test_every_dialog_keeps_its_buttons_and_hints_readable_and_the_footer_shows_help_and_settings(setup: Setup, tiny, size):
     """Issue 47: at 80x24 the settings' and help's buttons were below the screen (help could not be scrolled by keys), and
-    the footer's F1 and F3 fell off its end."""
-    from textual.widgets import Button, Footer
+    the footer's F1 and F3 fell off its end. Issue 56: the add-pair form's buttons were cut by the dialog, and every
+    settings hint was cut mid-sentence (a placeholder), at 80 and at 120 columns."""
+    from textual.widgets import Button, Footer, Label
 
     from localspec.tui.dialogs import HelpScreen
     from localspec.tui.models_screen import AddPairDialog
+    from localspec.tui.settings_screen import FORM
 
     setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    width, height = size
     app = setup.app()
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.loaded is not None)
         assert app.query_one(PromptInput).placeholder.startswith("Ask something. Enter sends")  # the box says what it is for
         assert "No answer yet" not in str(app.query_one(StatsPanel).render())  # it read wrong beside a reopened chat
         await wait_for(pilot, lambda: bool(app.query_one(Footer).query("FooterKey")))  # the footer composes its keys after a refresh
         keys = {key.key: key.region for key in app.query_one(Footer).query("FooterKey")}
-        assert {"f1", "f2", "f3", "escape", "ctrl+q"} <= keys.keys()
-        shown = sorted(keys.values(), key=lambda region: region.x)
-        assert all(region.right <= 80 for region in shown) and all(a.right <= b.x for a, b in zip(shown, shown[1:])), keys
+        if width == 80:
+            assert {"f1", "f2", "f3", "escape", "ctrl+q"} <= keys.keys()
+            shown = sorted(keys.values(), key=lambda region: region.x)
+            assert all(region.right <= 80 for region in shown) and all(a.right <= b.x for a, b in zip(shown, shown[1:])), keys
         await pilot.press("f2")  # the models screen's Esc goes back, and its footer says so (it said "esc Stop")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
         await pilot.pause()
@@ -566,8 +661,16 @@ async def test_at_80x24_every_dialog_keeps_its_buttons_on_screen_and_the_footer_
             await wait_for(pilot, lambda screen=screen: isinstance(app.screen, screen))
             await pilot.pause()
             buttons = list(app.screen.query(Button))
-            assert buttons and all(0 <= b.region.y and b.region.bottom <= 24 and b.region.right <= 80 for b in buttons), \
+            assert buttons and all(fully_shown(b) and b.region.right <= width for b in buttons), \
                 (screen.__name__, [(str(b.label), b.region) for b in buttons])
+            if screen is SettingsScreen:  # each hint whole, once scrolled to
+                hints = list(app.screen.query(".hint").results(Label))
+                # whole, however it wraps (at 50 columns a word may fold mid-way)
+                assert ["".join(read_whole(hint).split()) for hint in hints] == ["".join(text.split()) for _, _, text in FORM if text]
+                for hint in hints:
+                    hint.scroll_visible(animate=False, immediate=True)
+                    await pilot.pause()
+                    assert fully_shown(hint), read_whole(hint)
             if screen is HelpScreen:  # focused on its text: the keys scroll it
                 text = app.screen.query_one("#help-text")
                 assert app.focused is text and text.max_scroll_y > 0
@@ -607,3 +710,73 @@ async def test_at_80x24_code_headers_and_the_device_line_wrap_instead_of_being_c
         device = app.query_one("#device")
         await wait_for(pilot, lambda: len(str(device.render())) > 80)
         await wait_for(pilot, lambda: device.size.height >= 2, timeout=5)
+
+
+def test_sigterm_mid_answer_gives_the_terminal_back_and_keeps_the_answer(tmp_path, real_models):
+    """Issue 56: SIGTERM while an answer streamed exited 143 with the terminal left in the alternate screen with mouse
+    reporting on, until `reset`. The app now closes as Ctrl+Q does, and still exits 128 + 15."""
+    import fcntl
+    import os
+    import pty
+    import signal
+    import struct
+    import termios
+
+    config = tmp_path / "config" / "localspec"
+    config.mkdir(parents=True)
+    target = real_models[1]  # the 0.5B model: an answer of hundreds of tokens takes seconds, so the signal lands mid-answer
+    (config / "models.toml").write_text('default = "small"\n' + local_pair("small", target, target))
+    (config / "settings.json").write_text(json.dumps({"drafter": "none", "max_tokens": 2000}))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TERM": "xterm-256color"}
+    main, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    app = subprocess.Popen([sys.executable, "-m", "localspec"], stdin=terminal, stdout=terminal, stderr=terminal, env=env,
+                           start_new_session=True)
+    os.close(terminal)
+    screen = bytearray()
+
+    def read_all() -> None:
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the app closed its end
+                return
+            if not chunk:
+                return
+            screen.extend(chunk)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    history_file = tmp_path / "data" / "localspec" / "history.sqlite3"
+
+    def streamed() -> str:
+        if not history_file.exists():
+            return ""
+        with sqlite3.connect(history_file) as db:
+            row = db.execute("SELECT content FROM messages WHERE role = 'assistant' AND status = 'streaming'").fetchone()
+        return row[0] if row else ""
+
+    try:
+        deadline = time.monotonic() + 180
+        while b"layers on GPU" not in screen:  # the device line: the pair is loaded
+            assert app.poll() is None and time.monotonic() < deadline, bytes(screen[-2000:])
+            time.sleep(0.1)
+        os.write(main, b"Write a long story about a lighthouse keeper.\r")
+        while len(streamed()) < 20:  # the answer is being written, and saved as it goes
+            assert app.poll() is None and time.monotonic() < deadline, bytes(screen[-2000:])
+            time.sleep(0.1)
+        before = len(screen)
+        app.send_signal(signal.SIGTERM)
+        assert app.wait(timeout=60) == 128 + signal.SIGTERM
+        reader.join(timeout=10)
+    finally:
+        app.kill()
+        os.close(main)
+    tail = bytes(screen[before:])
+    assert b"\x1b[?1049l" in tail, tail[-500:]  # out of the alternate screen
+    assert b"\x1b[?1000l" in tail and b"\x1b[?1006l" in tail, tail[-500:]  # mouse reporting off
+    assert b"\x1b[?25h" in tail  # the cursor shown again
+    with sqlite3.connect(history_file) as db:
+        (content,) = db.execute("SELECT content FROM messages WHERE role = 'assistant'").fetchone()
+    assert len(content) >= 20  # what was streamed is kept

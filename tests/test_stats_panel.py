@@ -18,3 +18,16 @@ def test_an_answer_that_drafted_nothing_shows_no_speedup_over_plain():
     assert "vs plain" in render_snapshot(DRAFTED).plain and "1.40×" in render_snapshot(DRAFTED).plain
     plain = replace(DRAFTED, acceptance_answer=None, acceptance_by_position=[], drafter="none", draft_max=0, speedup=1.16)
     assert "vs plain" not in render_snapshot(plain).plain and "none (plain)" in render_snapshot(plain).plain
+
+
+def test_every_drafted_position_is_shown_when_k_passes_eight():
+    """Issue 56: the bars stopped at position 8 (a `[:8]` slice); with K up to 32 they read 100% beside "accepted 45.8%"."""
+    falling = [1.0 - i / 31 for i in range(32)]  # position 1 always through, position 32 never
+    text = render_snapshot(replace(DRAFTED, acceptance_by_position=falling, draft_max=32)).plain
+    assert "by position 1-32" in text
+    rows = [line for line in text.splitlines() if line[:3].strip() in ("1", "21")]
+    assert [len(row.split()[1]) for row in rows] == [20, 12]  # one character per position, all 32 of them
+    assert rows[0].split()[1][0] == "█" and rows[1].split()[1][-1] == "▁"
+    assert all(len(line) <= 27 for line in text.splitlines())  # the panel's width
+    eight = render_snapshot(replace(DRAFTED, acceptance_by_position=falling[:8])).plain
+    assert eight.count("%\n") >= 8 and "by position\n" in eight  # up to 8: a bar and a figure each

@@ -6,12 +6,14 @@ load, device line) is PairControl's, the conversations are ConversationControl's
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
 import threading
 from collections.abc import Iterable
 from functools import partial
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -38,6 +40,8 @@ from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
 
+CLOSING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # `kill`, a closed terminal window: the exit status is 128 + the signal
+SIDEBAR_MIN_WIDTH = 100  # narrower, the conversation list would squeeze the chat: it hides (Ctrl+B shows it)
 LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads", "self_draft_layers", "rpc_servers")  # changing these reloads the pair
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
@@ -45,6 +49,10 @@ CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 class LocalspecApp(PairControl, ConversationControl):
     CSS_PATH = "localspec.tcss"
     TITLE = "localspec"
+    # Screens get these classes by the terminal's size; the stylesheet gives dialogs their margins back on them (at 50x15
+    # the settings form had 2 rows for its fields and 12 columns for its hints).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (70, "-roomy")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (20, "-tall")]
     # In the footer's order, the screens first: at 80 columns the footer shows about eight, and F1 (which lists
     # every key) and F3 fell off its end.
     BINDINGS = [
@@ -74,6 +82,11 @@ class LocalspecApp(PairControl, ConversationControl):
         yield Footer(compact=True, show_command_palette=False)  # Ctrl+P still opens it; F1 says so
 
     def on_mount(self) -> None:
+        # A signal closes the app as Ctrl+Q does, so the terminal gets its modes back (the alternate screen, mouse
+        # reporting): left to Python's default, SIGTERM mid-answer left the terminal unusable until `reset`.
+        loop = asyncio.get_running_loop()
+        for signum in CLOSING_SIGNALS:
+            loop.add_signal_handler(signum, self.exit, None, 128 + signum)
         self.settings, note = load_settings(self.settings_path)
         if note:
             self.notify(note, severity="warning", timeout=10)
@@ -84,11 +97,23 @@ class LocalspecApp(PairControl, ConversationControl):
             self.notify(self.history.open_problem, severity="error", timeout=30)
         conversations = self.history.conversations()
         self.show_conversation(conversations[0].id if conversations else self.history.create().id)
-        if self.size.width < 100:
-            self.query_one("#sidebar").display = False
+        # Anchored, the chat follows an answer as it grows (however late its Markdown lays out) until the user scrolls
+        # up; scrolling back to the end follows again. A follow judged per update lost the answer below the fold.
+        self.query_one("#messages", VerticalScroll).anchor()
+        self.wide = self.size.width >= SIDEBAR_MIN_WIDTH
+        self.query_one("#sidebar").display = self.wide
         self.query_one(PromptInput).focus()
         self.set_interval(2.0, self.refresh_device_line)
         self.open_pair(self.settings.last_pair if self.settings.last_pair in self.catalog.pairs else self.catalog.default_id)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The conversation list shows when the terminal grows past SIDEBAR_MIN_WIDTH and hides when it shrinks below;
+        Ctrl+B in between is the user's to keep."""
+        wide = event.size.width >= SIDEBAR_MIN_WIDTH
+        if wide != self.wide and self.screen_stack:
+            for sidebar in self.screen_stack[0].query("#sidebar"):
+                sidebar.display = wide
+        self.wide = wide
 
     def reload_catalog(self) -> None:
         try:
@@ -144,15 +169,15 @@ class LocalspecApp(PairControl, ConversationControl):
         else:
             self.pacer.drawn.set()
 
+    def on_answer_stage(self, message: m.AnswerStage) -> None:
+        if self.streaming is not None and self.streaming.message_id == message.message_id and not self.streaming.text:
+            self.streaming.set_waiting(message.stage)
+
     async def on_answer_progress(self, message: m.AnswerProgress) -> None:
         if self.streaming is None or self.streaming.message_id != message.message_id:
             return
-        container = self.query_one("#messages", VerticalScroll)
-        follow = container.scroll_offset.y >= container.max_scroll_y - 2
         await self.streaming.append(message.update.pieces)
         self.query_one(StatsPanel).show(message.update.snapshot)
-        if follow:
-            container.scroll_end(animate=False)
         self.call_after_refresh(self._pace)  # the next update may follow once this one is on screen, within budget
 
     async def on_answer_done(self, message: m.AnswerDone) -> None:
@@ -169,7 +194,6 @@ class LocalspecApp(PairControl, ConversationControl):
                         "history; start a new chat (Ctrl+N) or raise the context size (F3) to keep them in.", timeout=15)
         if result.finished.message:
             self.notify(result.finished.message, severity="warning", timeout=10)
-        self.query_one("#messages", VerticalScroll).scroll_end(animate=False)
         self.streaming, self.answer_cancel = None, None  # last: "not streaming" means the view is final
 
     def on_storage_notice(self, message: m.StorageNotice) -> None:
@@ -290,6 +314,9 @@ class LocalspecApp(PairControl, ConversationControl):
         yield SystemCommand("Help", "Keys and what the panel shows (F1)", self.action_help)
 
     def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in CLOSING_SIGNALS:
+            loop.remove_signal_handler(signum)
         for cancel in (self.answer_cancel, self.load_cancel, self.download_cancel):
             if cancel is not None:
                 cancel.set()

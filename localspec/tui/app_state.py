@@ -42,6 +42,7 @@ class AppState(App[None]):
         self.conversation_id: int | None = None
         self.download_cancel: threading.Event | None = None
         self.downloading_pair: str | None = None
+        self.wide = True  # the terminal was wide enough for the conversation list at the last resize
 
     def shown_conversation(self) -> int:
         """The conversation on screen: there is one from the app's mount on, when its keys start to work."""

@@ -88,7 +88,8 @@ model checks them in one pass. The output is the target's own.
 
 **The panel.** *accepted*: draft tokens the target confirmed, for this answer and this chat.
 *tok/pass*: tokens emitted per target pass (plain decoding is 1). *by position*: how often the
-draft's 1st, 2nd... token survives. *vs plain*: this answer's rate over the target's own plain
+draft's 1st, 2nd... token survives, among the drafts that reached it (past 8 positions, one character
+each: ▁ none, █ all). *vs plain*: this answer's rate over the target's own plain
 rate, timed on this machine.
 """
 

@@ -54,6 +54,7 @@ class MessageView(Vertical):
         self.note = note
         self.tint = tint
         self.message_id = message_id
+        self.waiting = ""  # what the answer waits on before its first token, said in the header until it comes
         self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
@@ -69,7 +70,12 @@ class MessageView(Vertical):
 
     def _header(self) -> str:
         who = "You" if self.role == "user" else "Assistant"
-        return f"{who}{STATUS_NOTES.get(self.status, '')}{(' · ' + self.note) if self.note else ''}"
+        waiting = f" · {self.waiting}…" if self.waiting else ""
+        return f"{who}{STATUS_NOTES.get(self.status, '')}{waiting}{(' · ' + self.note) if self.note else ''}"
+
+    def set_waiting(self, stage: str) -> None:
+        self.waiting = stage
+        self.query_one(".message-header", Label).update(self._header())
 
     def _apply_tint(self) -> None:
         if self.role == "assistant":
@@ -87,6 +93,8 @@ class MessageView(Vertical):
 
     async def append(self, pieces: list[tuple[str, str]]) -> None:
         fragment = "".join(text for _, text in pieces)
+        if self.waiting and fragment:
+            self.set_waiting("")
         for source, text in pieces:
             if self.runs and self.runs[-1][0] == source:
                 self.runs[-1] = (source, self.runs[-1][1] + len(text))
@@ -103,11 +111,11 @@ class MessageView(Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        self.text, self.runs, self.status, self.note = text, list(runs), status, note
+        self.text, self.runs, self.status, self.note, self.waiting = text, list(runs), status, note, ""
         await self.query_one(Markdown).update(text)
         self.query_one(".message-tint", Static).update(tinted(text, self.runs))
         self.query_one(".message-header", Label).update(self._header())
 
     def set_status(self, status: str, note: str = "") -> None:
-        self.status, self.note = status, note
+        self.status, self.note, self.waiting = status, note, ""
         self.query_one(".message-header", Label).update(self._header())

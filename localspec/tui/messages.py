@@ -36,6 +36,14 @@ class AnswerProgress(Message):
 
 
 @dataclass
+class AnswerStage(Message):
+    """What an answer waits on before its first token (the drafter's first preparation, the prompt's read)."""
+
+    message_id: int
+    stage: str
+
+
+@dataclass
 class AnswerDone(Message):
     message_id: int
     result: AnswerResult

@@ -191,6 +191,8 @@ class AddPairDialog(ModalScreen["str | None"]):
         try:
             pair = add_user_pair(self.app.catalog_file, values["id"], values["title"], values["target"], values["draft"])  # type: ignore[attr-defined]
         except CatalogError as exc:
-            self.query_one("#add-error", Label).update(str(exc))
+            error = self.query_one("#add-error", Label)
+            error.update(str(exc))
+            error.scroll_visible()
             return
         self.dismiss(pair.id)

@@ -69,7 +69,11 @@ class SettingsScreen(ModalScreen["Settings | None"]):
                     value = getattr(self.settings, name)
                     with Horizontal(classes="field"):
                         yield Label(label, classes="field-label")
-                        yield Input("" if value is None else str(value), id=name, placeholder=help_text, tooltip=help_text or None)
+                        # the hint wraps under its input: as a placeholder it was cut mid-sentence at 80 and 120 columns
+                        with Vertical(classes="field-input"):
+                            yield Input("" if value is None else str(value), id=name)
+                            if help_text:
+                                yield Label(help_text, classes="hint")
             yield Label("", id="settings-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")

@@ -9,6 +9,8 @@ from localspec.session.live_stats import StatsSnapshot
 
 SPARKS = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 12
+BAR_POSITIONS = 8  # up to this many drafted positions get a bar each; more (K reaches 32) get one character each
+SPARK_COLUMNS = 20  # positions per line of those characters
 
 
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -36,9 +38,15 @@ def render_snapshot(s: StatsSnapshot) -> Text:
     line("accepted", f"{percent(s.acceptance_answer)} answer", "bold")
     line("", f"{percent(s.acceptance_conversation)} chat")
     line("tok/pass", f"{s.tokens_per_pass:.2f}")
-    if s.acceptance_by_position:
+    rates = s.acceptance_by_position
+    if len(rates) > BAR_POSITIONS:  # every drafted position, each the share of the drafts reaching it that got through it
+        text.append(f"by position 1-{len(rates)} ▁0 █100%\n", style="dim")
+        for start in range(0, len(rates), SPARK_COLUMNS):
+            text.append(f"{start + 1:>3} ", style="dim")
+            text.append(sparkline(rates[start : start + SPARK_COLUMNS]) + "\n", style="green")
+    elif rates:
         text.append("by position\n", style="dim")
-        for i, rate in enumerate(s.acceptance_by_position[:8], start=1):
+        for i, rate in enumerate(rates, start=1):
             text.append(f"{i:>3} ", style="dim")
             text.append(bar(rate), style="green")
             text.append(f" {100 * rate:3.0f}%\n")

@@ -52,7 +52,8 @@ def answer(post: Post, loaded: LoadedPair, chat: list[ChatMessage], settings: Se
         post(m.AnswerProgress(message_id, update))
 
     try:
-        result = stream_answer(loaded, chat, settings, history, message_id, cancel, send, counts, ready=drawn.is_set)
+        result = stream_answer(loaded, chat, settings, history, message_id, cancel, send, counts, ready=drawn.is_set,
+                               on_stage=lambda stage: post(m.AnswerStage(message_id, stage)))
     except LocalspecError as exc:
         post(m.AnswerFailed(message_id, str(exc)))
         return
