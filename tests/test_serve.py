@@ -8,11 +8,14 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import openai
 import pytest
 
 from localspec.engine import prompt_passes
+from localspec.engine.generation_config import GenerationConfig
 from localspec.serve.tool_calls import parse_tool_calls
 from tests.conftest import cli
 from tests.live_server import LiveServer, live_server
@@ -171,6 +174,23 @@ BAD = [
     ("POST", "/infill", b'{"input_prefix": "x", "input_suffix": "y"}', 501, "no fill-in-the-middle tokens"),
     ("GET", "/v1/nothing", None, 404, "No route GET /v1/nothing"),
     ("POST", "/detokenize", b'{"tokens": [-5]}', 400, "must be ids"),
+    # Issue 57: each of these was accepted, then ignored
+    ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}).encode(),
+     400, "messages.0.content: Value error, a 'image_url' part cannot be read: this server runs a text-only model"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "bogus", "content": "hi"}]}', 400, "messages.0.role: Value error, role 'bogus' is not one of"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}', 400, "max_tokens = -5: it must be 0 or more"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "audio": {"voice": "alloy", "format": "wav"}, '
+                                     b'"modalities": ["text", "audio"]}', 400, "this server answers in text only"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "prediction": {"type": "content", "content": "x"}}',
+     400, "prediction is not supported"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"99999999": 5}}', 400,
+     "logit_bias: token 99999999 is not in the vocabulary"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": 3}', 400,
+     "frequency_penalty = 3.0: it must be from -2 to 2"),
+    ("POST", "/completion", b'{"prompt": "hi", "repeat_penalty": 1.1}', 400, "repeat_penalty = 1.1 is not supported"),
+    ("POST", "/completion", b'{"n_predict": 4}', 400, "`prompt` is empty"),
+    ("POST", "/v1/completions", b'{"prompt": ""}', 400, "`prompt` is empty"),
 ]
 
 
@@ -181,6 +201,55 @@ def test_bad_input_gets_the_openai_error_shape_and_the_server_goes_on(server, me
     if "no room" in words:
         assert body["error"]["type"] == "exceed_context_size_error"
     assert server.request("GET", "/health")[0] == 200 and server.process.poll() is None
+
+
+def test_penalties_and_logit_bias_act_on_the_target_and_speculation_stays_lossless_against_it(server, tiny):
+    """Issue 57: frequency_penalty 2.0 and presence_penalty 2.0 gave output byte-identical to none. Now the penalised
+    target's own greedy text comes back, drafted and all (the server drafts with the model drafter here)."""
+    from localspec.engine.engine import Engine, EngineConfig
+    from localspec.engine.penalties import Penalties
+    from tests.conftest import run
+
+    prompt_text = "the cat sat on the mat and the cat sat on the mat and"
+    with Engine(EngineConfig(tiny["target"])) as engine:
+        prompt = engine.target.vocab.tokenize(prompt_text, add_special=True, parse_special=True)
+
+        def plain(penalties: Penalties | None) -> tuple[str, list[int]]:
+            done = run(engine.plain, prompt, GenerationConfig(max_tokens=24, penalties=penalties))
+            return done.text, done.tokens
+
+        (unpenalised, tokens), (penalised, _) = plain(None), plain(Penalties(frequency=2.0, presence=2.0))
+        banned = tokens[0]
+        without_first, others = plain(Penalties(bias={banned: -np.inf}))
+    assert penalised != unpenalised and others[0] != banned
+
+    def served(**fields: object) -> dict[str, Any]:
+        status, body = server.request("POST", "/completion", {"prompt": prompt_text, "n_predict": 24, "temperature": 0, **fields})
+        assert status == 200, body
+        return body
+
+    assert served()["content"] == unpenalised
+    answer = served(frequency_penalty=2.0, presence_penalty=2.0)
+    assert answer["content"] == penalised and answer["timings"]["draft_n"] > 0  # drafted, and still the penalised target's text
+    assert served(logit_bias=[[banned, False]])["content"] == without_first  # llama.cpp's form: false bans the token
+    reply = client(server).completions.create(model="tiny", prompt=prompt_text, max_tokens=24, temperature=0, logit_bias={str(banned): -100})
+    assert reply.choices[0].text == without_first  # OpenAI's form
+
+
+def test_echo_tokens_cached_lower_case_bearer_and_a_body_sent_as_a_form(server):
+    """Issue 57: echo was ignored, tokens_cached was always 0, and curl's default Content-Type got a 400."""
+    api = client(server)
+    echoed = api.completions.create(model="tiny", prompt="the cat sat", max_tokens=4, echo=True)
+    plain = api.completions.create(model="tiny", prompt="the cat sat", max_tokens=4)
+    assert echoed.choices[0].text == "the cat sat" + plain.choices[0].text
+    streamed = "".join(c.choices[0].text for c in api.completions.create(model="tiny", prompt="the cat sat", max_tokens=4, echo=True,
+                                                                       stream=True) if c.choices)
+    assert streamed == echoed.choices[0].text
+    status, native = server.request("POST", "/completion", {"prompt": "the cat sat", "n_predict": 4})
+    assert status == 200 and native["tokens_cached"] == native["tokens_evaluated"] + native["tokens_predicted"] > 4
+    status, body = server.request("POST", "/completion", {"prompt": "the cat sat", "n_predict": 2},
+                                  headers={"Content-Type": "application/x-www-form-urlencoded"})  # what `curl -d` sends
+    assert status == 200 and body["tokens_predicted"] == 2
 
 
 def test_unknown_fields_are_ignored(server):
@@ -239,6 +308,8 @@ def test_the_api_key_is_required_everywhere_but_health(tiny, tmp_path):
             client(server, api_key="wrong").models.list()
         assert [m.id for m in client(server, api_key="sesame").models.list().data] == ["target"]
         assert server.request("POST", "/tokenize", {"content": "a"}, headers={"X-Api-Key": "sesame"})[0] == 200
+        for scheme in ("bearer", "BEARER"):  # issue 57: RFC 7235 schemes are case-insensitive; "bearer K" got 401
+            assert server.request("GET", "/v1/models", headers={"Authorization": f"{scheme} sesame"})[0] == 200
 
 
 def test_listening_beyond_this_machine_needs_a_key(tiny):

@@ -5,6 +5,9 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import threading
+import time
+from typing import Any
 
 import openai
 import pytest
@@ -106,6 +109,35 @@ def test_a_tool_call_is_returned_parsed_streamed_and_not(server):
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
+TIME_TOOL = {"type": "function", "function": {"name": "get_time", "description": "The current time in a time zone",
+                                              "parameters": {"type": "object", "properties": {"zone": {"type": "string"}},
+                                                             "required": ["zone"]}}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_tool_call_is_made_even_where_the_model_would_chat(server, choice):
+    """Issue 57: tool_choice "required" and a named function, with "Hi, how are you?", ended with finish_reason "stop" and
+    the call as raw text. The answer is now held to the tools' parameter schemas and comes back as tool_calls."""
+    messages = [{"role": "user", "content": "Hi, how are you?"}]
+    for stream in (False, True):
+        reply = api(server).chat.completions.create(model="qwen", messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice,
+                                                    max_tokens=80, temperature=0, stream=stream)
+        if stream:
+            chunks = list(reply)
+            calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+            finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        else:
+            calls, finish = reply.choices[0].message.tool_calls or [], [reply.choices[0].finish_reason]
+        assert finish == ["tool_calls"] and len(calls) == 1, (stream, finish, calls)
+        arguments = json.loads(calls[0].function.arguments)
+        wanted = ("get_weather",) if isinstance(choice, dict) else ("get_weather", "get_time")
+        assert calls[0].function.name in wanted and isinstance(arguments, dict), calls
+        assert set(arguments) == {"city" if calls[0].function.name == "get_weather" else "zone"}, arguments  # the tool's schema
+    status, unknown = server.request("POST", "/v1/chat/completions", {"messages": messages, "tools": [WEATHER_TOOL],
+                                                                      "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+    assert status == 400 and "which `tools` does not offer" in unknown["error"]["message"]
+
+
 COUNTING = "Count from 1 to 2000, one number per line.\n1\n2\n3\n4\n5\n"  # a base continuation that runs to the context's end
 
 
@@ -123,10 +155,24 @@ def test_the_first_sigterm_ends_the_streams_in_flight_and_the_server(real_models
         response = connection.getresponse()
         events = [response.readline() for _ in range(6)]  # three data lines and their blank lines: it is generating
         assert all(line.startswith(b"data: {") for line in events[::2]), events
+        queued: list[tuple[int, Any]] = []  # issue 56: a request still waiting got 499 "the client disconnected"
+        waiting = threading.Thread(target=lambda: queued.append(server.request("POST", "/completion", {"prompt": "hi", "n_predict": 4})))
+        if parallel == "1":
+            waiting.start()
+            deadline = time.monotonic() + 30
+            while server.request("GET", "/metrics")[1].count("llamacpp:requests_deferred 1") == 0:
+                assert time.monotonic() < deadline, "the second request never queued"
+                time.sleep(0.05)
         server.process.send_signal(signal.SIGTERM)
         rest = response.read().decode().split("\n\n")
         exit_code = server.process.wait(timeout=300)
+        if parallel == "1":
+            waiting.join(timeout=60)
+            assert queued and queued[0][0] == 503 and "The server is stopping" in queued[0][1]["error"]["message"], queued
+        log = server.log_text()
     data = [chunk.removeprefix("data: ") for chunk in rest if chunk.startswith("data: ")]
-    assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] is not None, data[-3:]
+    # Issue 57: the cut answer's last chunk said "stop", as if the answer were complete
+    assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] == "abort", data[-3:]
+    assert "cut: the server is stopping" in log and "cancelled (the client left)" not in log, log
     assert len(data) < 4096 // int(parallel) // 4  # cut short: before, it streamed until the slot's context was full
     assert exit_code in (0, -signal.SIGTERM), exit_code  # uvicorn re-raises the signal it handled

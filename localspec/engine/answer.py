@@ -59,14 +59,23 @@ def closing_events(text: TextAssembler, stats: GenerationStats, reason: StopReas
 
 
 def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.random.Generator) -> Verdict:
-    """The target's verdict on a draft from its verify rows: greedy at temperature 0, else the configured rule; under a
-    grammar, the constrained target's (engine/grammar.py)."""
-    if config.grammar is None:
+    """The target's verdict on a draft from its verify rows: greedy at temperature 0, else the configured rule; with
+    penalties or a logit bias, the penalised target's (engine/penalties.py); under a grammar, the constrained target's
+    (engine/grammar.py)."""
+    penalties = config.penalties if config.penalties is not None and config.penalties.active else None
+    if config.grammar is None and penalties is None:
         return _judge(draft, rows, config, rng)
     if draft.fork is not None:
-        raise EngineError("A tree draft cannot be verified under a grammar; use another drafter.")
-    verdict = _judge(draft, config.grammar.mask(rows, draft.tokens), config, rng)
-    config.grammar.accept([*verdict.accepted, verdict.token])
+        raise EngineError("A tree draft cannot be verified under a grammar or penalties; use another drafter.")
+    if penalties is not None:
+        rows = penalties.adjust(rows, draft.tokens)
+    if config.grammar is not None:
+        rows = config.grammar.mask(rows, draft.tokens)
+    verdict = _judge(draft, rows, config, rng)
+    emitted = [*verdict.accepted, verdict.token]
+    for state in (penalties, config.grammar):
+        if state is not None:
+            state.accept(emitted)
     return verdict
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from localspec.engine import defaults
 from localspec.engine.grammar import Grammar
+from localspec.engine.penalties import Penalties
 from localspec.engine.sampling import SamplingParams
 
 Verification = Literal["speculative", "sample-match"]
@@ -22,6 +23,7 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     record_margins: bool = False  # evidence for lossless tests; costs a partition per row
     grammar: Grammar | None = None  # what the answer may say (JSON mode): one answer's state, so one config per request
+    penalties: Penalties | None = None  # frequency, presence, logit bias: one answer's counts, so one config per request too
 
     @property
     def draft_sampling(self) -> SamplingParams | None:

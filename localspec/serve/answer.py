@@ -8,9 +8,10 @@ go out as `tool_calls`. Both work on a stream, piece by piece, and on a whole an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from localspec.serve.text_streams import TagSplitter
-from localspec.serve.tool_calls import ToolCall, ToolCallStream
+from localspec.serve.tool_calls import ToolCall, ToolCallStream, parse_call
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -20,6 +21,27 @@ class Delta:
     content: str = ""
     reasoning: str = ""
     calls: list[ToolCall] = field(default_factory=list)
+
+
+class Shaper(Protocol):
+    def feed(self, text: str) -> Delta: ...
+    def end(self) -> Delta: ...
+
+
+class ForcedCall:
+    """An answer held to a tool call's schema (tool_choice "required" or a named function): the whole answer is the
+    call, sent once it is complete; an answer cut before its JSON closed (max_tokens) goes out as content."""
+
+    def __init__(self) -> None:
+        self._text = ""
+
+    def feed(self, text: str) -> Delta:
+        self._text += text
+        return Delta()
+
+    def end(self) -> Delta:
+        call = parse_call(self._text)
+        return Delta(calls=[call]) if call is not None else Delta(content=self._text)
 
 
 class AnswerShaper:

@@ -31,6 +31,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.state.localspec = state
     app.include_router(openai_routes.router)
     app.include_router(llama_routes.router)
+    app.add_middleware(JsonBodies)
     if state.options.api_key:
         app.add_middleware(ApiKey, key=state.options.api_key)
 
@@ -67,6 +68,20 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"Invalid request: {where}: {first.get('msg', 'invalid value')}."
 
 
+class JsonBodies:
+    """Every body is read as JSON, whatever its Content-Type says, as llama-server reads it: `curl -d` sends
+    application/x-www-form-urlencoded, and such a request got a 400 (this server takes no forms)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = [(name, value) for name, value in scope["headers"] if name.lower() != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 class ApiKey:
     """Every route but /health needs `Authorization: Bearer KEY` (or llama.cpp's `X-Api-Key: KEY`).
 
@@ -82,7 +97,8 @@ class ApiKey:
             await self.app(scope, receive, send)
             return
         headers = {name.lower(): value for name, value in scope["headers"]}
-        given = headers.get(b"authorization", b"").removeprefix(b"Bearer ").strip() or headers.get(b"x-api-key", b"")
+        scheme, _, token = headers.get(b"authorization", b"").strip().partition(b" ")
+        given = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")  # RFC 7235: any case
         if hmac.compare_digest(given, self.key):
             await self.app(scope, receive, send)
             return

@@ -36,6 +36,7 @@ class BatchWorker:
         self._tasks: dict[int, int] = {}  # slot -> arrival number of its running (else last) job
         self._running: dict[int, Job] = {}  # slot -> the job it runs (or ran last: cancelling an ended job does nothing)
         self._arrived = 0
+        self.stopping = False  # the server is stopping: what it cancels now was cut by the shutdown, not by its client
         self._thread = threading.Thread(target=self._serve, name="localspec-batch", daemon=True)
         self._thread.start()
 
@@ -69,6 +70,7 @@ class BatchWorker:
     def stop(self) -> None:
         """The server stops: every job, in a slot or queued, is cancelled; a slot's ends at the scheduler's next step
         (its handler hears Finished), a queued one when the thread reaches it."""
+        self.stopping = True
         for job in [*self._running.values(), *list(self._jobs.queue)]:
             if job is not None:
                 job.cancel.set()

@@ -16,6 +16,10 @@ class ServerNotReady(LocalspecError):
     """The pair is still loading (or failed to load)."""
 
 
+class ServerStopping(ServerNotReady):
+    """The server stopped before the request's turn came (a 503: nothing was started, so sending it again is safe)."""
+
+
 def error_response(error: BaseException) -> JSONResponse:
     if isinstance(error, PromptTooLongError):
         return JSONResponse(error_body(str(error), "exceed_context_size_error", 400), status_code=400)

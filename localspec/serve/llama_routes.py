@@ -16,7 +16,7 @@ from localspec.engine.llama.model import Model
 from localspec.errors import UsageError
 from localspec.serve.jobs import Started
 from localspec.serve.openai_routes import server
-from localspec.serve.payloads import STOP_TYPES, error_body, localspec_stats, timings
+from localspec.serve.payloads import error_body, localspec_stats, timings
 from localspec.serve.requests import ChatRequest, DetokenizeRequest, InfillRequest, NativeCompletionRequest, TokenizeRequest
 from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
@@ -99,7 +99,7 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any
     _, engine = server(request)
     if any(not 0 <= t < engine.target.n_vocab for t in body.tokens):
         raise UsageError(f"`tokens` must be ids from 0 to {engine.target.n_vocab - 1}.")
-    return {"content": b"".join(engine.target.vocab.token_bytes(t) for t in body.tokens).decode("utf-8", errors="replace")}
+    return {"content": engine.target.vocab.text(body.tokens)}
 
 
 @router.get("/metrics")
@@ -113,6 +113,8 @@ async def metrics(request: Request) -> PlainTextResponse:
 async def completion(body: NativeCompletionRequest, request: Request) -> Any:
     state, _ = server(request)
     prompt = body.prompt
+    if not prompt:  # said now, not after a wait in the queue (it waited 50 s behind other requests)
+        raise UsageError("`prompt` is empty: send the text to complete.")
 
     def build(model: Model) -> tuple[list[int], bool]:
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
@@ -139,7 +141,7 @@ async def _native(state: ServerState, request: Request, body: NativeCompletionRe
     drafter, config = state.generation(body, n_predict if n_predict > 0 else None)
     label = route + (", streamed" if body.stream else "")
     job = state.worker.submit(state.generation_job(label, drafter, build, config, time_limit_ms, warm_only=n_predict == 0))
-    start, events = await started(job, request)
+    start, events = await started(job, request, lambda: state.worker.stopping)
     if body.stream:
         return StreamingResponse(_native_stream(state, start, events, job, body.response_fields), media_type="text/event-stream")
     text, finished = await collected(events)
@@ -167,8 +169,9 @@ _MISSING = object()
 def _final(state: ServerState, start: Started, finished: Finished, content: str, job: Job) -> dict[str, Any]:
     stats = finished.stats
     return {"index": 0, "content": content, "stop": True, "id_slot": job.slot, "id_task": job.number, "model": state.options.alias,
-            "stop_type": STOP_TYPES[finished.reason],
-            "stopping_word": finished.stop_word, "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n, "tokens_cached": stats.cache_n,
+            "stop_type": state.stop_type(finished),
+            "stopping_word": finished.stop_word, "tokens_predicted": stats.predicted_n, "tokens_evaluated": start.prompt_n,
+            "tokens_cached": stats.prompt_n + stats.predicted_n,  # llama.cpp's: the tokens the slot holds, prompt and answer
             "truncated": False, "timings": timings(stats), "localspec": localspec_stats(stats, state.plain_ms_per_token)}
 
 

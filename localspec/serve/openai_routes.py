@@ -14,12 +14,13 @@ from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
 from localspec.engine.llama.model import Model
 from localspec.errors import UsageError
-from localspec.serve.answer import THINK_OPEN, AnswerShaper, Delta
+from localspec.serve.answer import THINK_OPEN, AnswerShaper, Delta, ForcedCall, Shaper
 from localspec.serve.errors import ServerNotReady
-from localspec.serve.payloads import FINISH_REASONS, localspec_stats, new_id, now, timings, usage
-from localspec.serve.requests import ChatRequest, CompletionRequest
+from localspec.serve.payloads import localspec_stats, new_id, now, timings, usage
+from localspec.serve.requests import ChatRequest, CompletionRequest, answer_limit
 from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
+from localspec.serve.tool_calls import forced_call_schema
 from localspec.serve.worker import JobFailed
 
 router = APIRouter()
@@ -45,9 +46,17 @@ async def models(request: Request) -> dict[str, Any]:
 @router.post("/chat/completions")
 async def chat_completions(body: ChatRequest, request: Request) -> Any:
     state, engine = server(request)
-    drafter, config = state.generation(body, body.max_completion_tokens or body.max_tokens)
-    messages = [message.as_template_dict() for message in body.messages]
     tools = body.tools if body.tools and body.tool_choice != "none" else None
+    if body.tool_choice not in (None, "none", "auto") and not body.tools:
+        raise UsageError(f"tool_choice {body.tool_choice!r} asks for a tool call, but the request offers no `tools`.")
+    forced = forced_call_schema(tools, body.tool_choice) if tools else None
+    if forced is not None:  # the answer is the call, held to its schema by the JSON-schema grammar
+        if body.response_format is not None or body.json_schema is not None or body.grammar is not None:
+            raise UsageError("A forced tool call (tool_choice) already fixes the answer's form: leave out response_format, "
+                             "json_schema and grammar.")
+        body = body.model_copy(update={"json_schema": forced})
+    drafter, config = state.generation(body, answer_limit(max_completion_tokens=body.max_completion_tokens, max_tokens=body.max_tokens))
+    messages = [message.as_template_dict() for message in body.messages]
     if tools and not supports_tools(engine.target):
         raise UsageError(f"The chat template of {engine.target.path.name} does not render tools, so this model cannot be "
                          "offered any: send the request without `tools`, or serve a model whose template supports them.")
@@ -58,9 +67,9 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
         return model.vocab.tokenize(text, add_special=False, parse_special=True), reasoning and text.rstrip().endswith(THINK_OPEN)
 
     job = state.worker.submit(state.generation_job("chat" + (", streamed" if body.stream else ""), drafter, build, config))
-    start, events = await started(job, request)
+    start, events = await started(job, request, lambda: state.worker.stopping)
     names = frozenset(str((tool.get("function") or {}).get("name", "")) for tool in tools) if tools else None
-    shaper = AnswerShaper(reasoning, start.thinking_open, names)
+    shaper: Shaper = ForcedCall() if forced is not None else AnswerShaper(reasoning, start.thinking_open, names)
     reply = _Reply(new_id("chatcmpl"), state.options.alias)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -73,7 +82,7 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
         message["reasoning_content"] = reasoning_text
     if calls:
         message["tool_calls"] = [call.to_dict() for call in calls]
-    finish = "tool_calls" if calls else FINISH_REASONS[finished.reason]
+    finish = "tool_calls" if calls else state.finish_reason(finished)
     return reply.body("chat.completion", [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
                       finished, state) | {"usage": usage(finished.stats)}
 
@@ -100,7 +109,7 @@ def _chat_delta(delta: Delta, calls_sent: int) -> dict[str, Any]:
     return out
 
 
-async def _chat_stream(state: ServerState, reply: _Reply, shaper: AnswerShaper, events: AsyncIterator[Any],
+async def _chat_stream(state: ServerState, reply: _Reply, shaper: Shaper, events: AsyncIterator[Any],
                        include_usage: bool) -> AsyncIterator[str]:
     chunk = "chat.completion.chunk"
     yield sse(reply.body(chunk, [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]))
@@ -115,7 +124,7 @@ async def _chat_stream(state: ServerState, reply: _Reply, shaper: AnswerShaper, 
         if payload:
             yield sse(reply.body(chunk, [{"index": 0, "delta": payload, "finish_reason": None}]))
         if isinstance(event, Finished):
-            finish = "tool_calls" if calls_sent else FINISH_REASONS[event.reason]
+            finish = "tool_calls" if calls_sent else state.finish_reason(event)
             yield sse(reply.body(chunk, [{"index": 0, "delta": {}, "finish_reason": finish}], event, state))
             if include_usage:
                 yield sse(reply.body(chunk, []) | {"usage": usage(event.stats)})
@@ -125,12 +134,18 @@ async def _chat_stream(state: ServerState, reply: _Reply, shaper: AnswerShaper, 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Any:
     state, engine = server(request)
-    drafter, config = state.generation(body, body.max_tokens if body.max_tokens is not None else body.n_predict)
+    n_predict = body.n_predict if body.n_predict is not None and body.n_predict >= 0 else None  # llama.cpp's: -1 is no limit
+    drafter, config = state.generation(body, answer_limit(max_tokens=body.max_tokens) if body.max_tokens is not None else n_predict)
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         if len(prompt) != 1:
             raise UsageError(f"`prompt` holds {len(prompt)} prompts; this server answers one per request.")
         prompt = prompt[0]
+    if not prompt and body.suffix is None:  # said now, not after a wait in the queue
+        raise UsageError("`prompt` is empty: send the text to complete.")
+    echoed = ""
+    if body.echo:
+        echoed = prompt if isinstance(prompt, str) else engine.target.vocab.text([int(t) for t in prompt])
 
     def build(model: Model) -> tuple[list[int], bool]:
         if isinstance(prompt, list):
@@ -140,17 +155,20 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         return model.vocab.tokenize(prompt, add_special=True, parse_special=True), False  # clients send their own FIM templates
 
     job = state.worker.submit(state.generation_job("completion" + (", streamed" if body.stream else ""), drafter, build, config))
-    _, events = await started(job, request)
+    _, events = await started(job, request, lambda: state.worker.stopping)
     reply = _Reply(new_id("cmpl"), state.options.alias)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(_completion_stream(state, reply, events, include_usage), media_type="text/event-stream")
+        return StreamingResponse(_completion_stream(state, reply, events, include_usage, echoed), media_type="text/event-stream")
     text, finished = await collected(events)
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH_REASONS[finished.reason]}
+    choice = {"index": 0, "text": echoed + text, "logprobs": None, "finish_reason": state.finish_reason(finished)}
     return JSONResponse(reply.body("text_completion", [choice], finished, state) | {"usage": usage(finished.stats)})
 
 
-async def _completion_stream(state: ServerState, reply: _Reply, events: AsyncIterator[Any], include_usage: bool) -> AsyncIterator[str]:
+async def _completion_stream(state: ServerState, reply: _Reply, events: AsyncIterator[Any], include_usage: bool,
+                             echoed: str) -> AsyncIterator[str]:
+    if echoed:
+        yield sse(reply.body("text_completion", [{"index": 0, "text": echoed, "logprobs": None, "finish_reason": None}]))
     async for event in events:
         if isinstance(event, JobFailed):
             yield sse_failure(event)
@@ -159,7 +177,7 @@ async def _completion_stream(state: ServerState, reply: _Reply, events: AsyncIte
             if event.text:
                 yield sse(reply.body("text_completion", [{"index": 0, "text": event.text, "logprobs": None, "finish_reason": None}]))
             continue
-        choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": FINISH_REASONS[event.reason]}
+        choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": state.finish_reason(event)}
         yield sse(reply.body("text_completion", [choice], event, state))
         if include_usage:
             yield sse(reply.body("text_completion", []) | {"usage": usage(event.stats)})

@@ -10,7 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from localspec.errors import UsageError
+
+# The roles a chat template knows; OpenAI's "developer" is its newer name for "system" (templates know only the latter).
+ROLES = ("system", "user", "assistant", "tool")
+ROLE_ALIASES = {"developer": "system"}
 
 
 class Lenient(BaseModel):
@@ -56,6 +62,22 @@ class ChatMessage(Lenient):
     tool_call_id: str | None = None
     name: str | None = None
 
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, content: str | list[TextPart] | None) -> str | list[TextPart] | None:
+        for part in content if isinstance(content, list) else []:
+            if part.type != "text":  # an image or a sound dropped in silence would be answered as if never sent
+                raise ValueError(f"a {part.type!r} part cannot be read: this server runs a text-only model; send text parts only")
+        return content
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, role: str) -> str:
+        role = ROLE_ALIASES.get(role, role)
+        if role not in ROLES:  # a template given a role it does not know renders it wrong, or as the user's words
+            raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)} (or developer, read as system)")
+        return role
+
     def as_template_dict(self) -> dict[str, Any]:
         """What a chat template reads: text parts joined, tool calls with their arguments as objects (as templates expect)."""
         content = self.content if isinstance(self.content, str) or self.content is None else "".join(p.text for p in self.content)
@@ -82,6 +104,17 @@ class StreamOptions(Lenient):
     include_usage: bool = False
 
 
+def answer_limit(**given: int | None) -> int | None:
+    """The one length limit an OpenAI request gives (the first of `given` that is set): a negative one is refused, as the
+    command line refuses it (it ran until the end)."""
+    for name, value in given.items():
+        if value is not None:
+            if value < 0:
+                raise UsageError(f"{name} = {value}: it must be 0 or more. Leave it out to let the answer run until it ends.")
+            return value
+    return None
+
+
 class ChatRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
@@ -99,6 +132,7 @@ class CompletionRequest(SamplingFields):
     max_tokens: int | None = None
     n_predict: int | None = None  # llama.cpp's name for max_tokens, which its server reads here too
     stream_options: StreamOptions | None = None
+    echo: bool = False  # the prompt's text before the answer's
 
 
 class NativeCompletionRequest(SamplingFields):

@@ -11,16 +11,20 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, StopReason
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.penalties import BIAS_RANGE, PENALTY_RANGE, Penalties
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
 from localspec.serve.batch_worker import BatchWorker
 from localspec.serve.jobs import GenerationJob, PromptBuilder
 from localspec.serve.metrics import Metrics
 from localspec.serve.options import ServeOptions
+from localspec.serve.payloads import FINISH_REASONS, STOP_TYPES
 from localspec.serve.requests import SamplingFields
 from localspec.serve.response_format import requested_grammar
 from localspec.session.generation_request import SERVER_NAMES, Asked, resolve
@@ -55,7 +59,7 @@ class ServerState:
         asked = Asked(drafter=request.option("localspec.drafter"), draft_max=_number(request.option("speculative.n_max"), "speculative.n_max", int),
                       draft_p_min=_number(request.option("speculative.p_min"), "speculative.p_min", float), max_tokens=max_tokens,
                       temperature=request.temperature, top_k=request.top_k, top_p=request.top_p, min_p=request.min_p, seed=request.seed,
-                      stop=request.stop_strings, grammar=grammar)
+                      stop=request.stop_strings, grammar=grammar, penalties=requested_penalties(request, self.engine.target.n_vocab))
         resolved = resolve(asked.over(self.options.standing), draft_model=self.engine.draft is not None, context=self.engine.target.n_ctx,
                            pair=self.options.pair, names=SERVER_NAMES)
         return resolved.drafter, resolved.config
@@ -77,7 +81,16 @@ class ServerState:
         earlier = self.slot_totals.get(slot)
         self.slot_totals[slot] = GenerationStats.total([earlier, finished.stats] if earlier else [finished.stats])
         self.slot_totals[slot].drafter = finished.stats.drafter
-        self.log(route, finished.stats, task, "cancelled (the client left)" if finished.reason is StopReason.CANCELLED else "")
+        cut = finished.reason is StopReason.CANCELLED
+        self.log(route, finished.stats, task, ("cut: the server is stopping" if self.worker.stopping else "cancelled (the client left)") if cut else "")
+
+    def finish_reason(self, finished: Finished) -> str:
+        """OpenAI's finish_reason; an answer the shutdown cut says so ("abort", vLLM's word), not "stop" as if complete."""
+        return "abort" if finished.reason is StopReason.CANCELLED and self.worker.stopping else FINISH_REASONS[finished.reason]
+
+    def stop_type(self, finished: Finished) -> str:
+        """llama.cpp's stop_type, with the same "abort" for an answer the shutdown cut."""
+        return "abort" if finished.reason is StopReason.CANCELLED and self.worker.stopping else STOP_TYPES[finished.reason]
 
     def log(self, route: str, stats: GenerationStats, task: int, status: str = "") -> None:
         """One line per request as it ends: what a user watching the terminal wants to know."""
@@ -101,7 +114,8 @@ class ServerState:
 
 # Options clients send that this server does not honour, and what each asks for: refused by name, never dropped silently.
 UNSUPPORTED = {"logprobs": "token log-probabilities", "top_logprobs": "token log-probabilities",
-               "n_probs": "token probabilities", "return_tokens": "the answer's token ids", "best_of": "several candidate answers"}
+               "n_probs": "token probabilities", "return_tokens": "the answer's token ids", "best_of": "several candidate answers",
+               "audio": "spoken answers", "prediction": "answers checked against a predicted output"}
 
 
 def refuse_unsupported(request: SamplingFields) -> None:
@@ -109,10 +123,57 @@ def refuse_unsupported(request: SamplingFields) -> None:
     n = request.option("n")
     if n is not None and n != 1:
         raise UsageError(f"n = {n!r}: this server returns one choice per request. Send {n!r} requests instead, or leave n out.")
+    modalities = request.option("modalities")
+    if modalities is not None and (not isinstance(modalities, list) or set(modalities) - {"text"}):
+        raise UsageError(f"modalities = {modalities!r}: this server answers in text only. Leave modalities out, or send [\"text\"].")
     for name, what in UNSUPPORTED.items():
         value = request.option(name)
         if value not in ((None, False, 0, 1) if name == "best_of" else (None, False, 0)):
             raise UsageError(f"{name} is not supported: this server does not return {what}. Leave {name} out.")
+
+
+def requested_penalties(request: SamplingFields, n_vocab: int) -> Penalties | None:
+    """frequency_penalty, presence_penalty and logit_bias (OpenAI's {"id": bias} or llama.cpp's [[id, bias]], false banning a
+    token), checked; None where the request sets none of them. llama.cpp's repeat_penalty is refused unless it is 1 (off):
+    it counts the prompt, which this server's penalties do not."""
+    repeat = request.option("repeat_penalty")
+    if repeat is not None and _number(repeat, "repeat_penalty", float) != 1.0:
+        raise UsageError(f"repeat_penalty = {repeat!r} is not supported: use frequency_penalty and presence_penalty (OpenAI's), "
+                         "or leave it out (1.0 is off).")
+    frequency = _number(request.option("frequency_penalty"), "frequency_penalty", float) or 0.0
+    presence = _number(request.option("presence_penalty"), "presence_penalty", float) or 0.0
+    for name, value in (("frequency_penalty", frequency), ("presence_penalty", presence)):
+        if not -PENALTY_RANGE <= value <= PENALTY_RANGE:
+            raise UsageError(f"{name} = {value}: it must be from {-PENALTY_RANGE:g} to {PENALTY_RANGE:g}.")
+    bias = _logit_bias(request.option("logit_bias"), n_vocab)
+    return Penalties(frequency, presence, bias) if frequency or presence or bias else None
+
+
+def _logit_bias(given: Any, n_vocab: int) -> dict[int, float]:
+    if given is None:
+        return {}
+    pairs = given.items() if isinstance(given, dict) else given if isinstance(given, list) else None
+    if pairs is None:
+        raise UsageError("logit_bias must be an object of token ids and biases ({\"1234\": -100}), or a list of [id, bias] pairs.")
+    bias: dict[int, float] = {}
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise UsageError(f"logit_bias: {pair!r} is not a [token id, bias] pair.")
+        key, value = pair
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise UsageError(f"logit_bias: {key!r} is not a token id (a number from 0 to {n_vocab - 1}).") from None
+        if not 0 <= token < n_vocab:
+            raise UsageError(f"logit_bias: token {token} is not in the vocabulary (ids from 0 to {n_vocab - 1}).")
+        if value is False:
+            bias[token] = -np.inf  # llama.cpp's: the token is never chosen
+            continue
+        number = _number(value, f"logit_bias[{key!r}]", float)
+        if not -BIAS_RANGE <= number <= BIAS_RANGE:
+            raise UsageError(f"logit_bias[{key!r}] = {number}: a bias must be from {-BIAS_RANGE:g} to {BIAS_RANGE:g} (or false, to ban it).")
+        bias[token] = number
+    return bias
 
 
 def _number(value: Any, name: str, kind: type) -> Any:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Request
 
 from localspec.engine.events import Finished, TokenEvent
+from localspec.serve.errors import ServerStopping
 from localspec.serve.jobs import Started
 from localspec.serve.payloads import error_body
 from localspec.serve.worker import END, Job, JobFailed
@@ -25,14 +26,15 @@ class JobError(Exception):
         self.error = error
 
 
-async def started(job: Job, request: Request) -> tuple[Started, AsyncIterator[TokenEvent | Finished]]:
+async def started(job: Job, request: Request, stopping: Callable[[], bool]) -> tuple[Started, AsyncIterator[TokenEvent | Finished]]:
     """Wait for the prompt to be built (the job may first wait in the queue); its generation events follow."""
     events = _watched(job, request)
     first = await anext(events, None)
     if isinstance(first, JobFailed):
         raise JobError(first.error)
-    if not isinstance(first, Started):  # the client left while the job waited
-        raise JobError(ConnectionAbortedError("the client disconnected"))
+    if not isinstance(first, Started):  # the client left while the job waited, or the server is stopping
+        raise JobError(ServerStopping("The server is stopping: this request was not started. Send it again once the server is back.")
+                       if stopping() else ConnectionAbortedError("the client disconnected"))
     return first, events
 
 

@@ -16,6 +16,7 @@ from localspec.engine import defaults
 from localspec.engine.drafters import registry
 from localspec.engine.generation_config import GenerationConfig, Verification
 from localspec.engine.grammar import Grammar
+from localspec.engine.penalties import Penalties
 from localspec.engine.sampling import SamplingParams
 from localspec.errors import UsageError
 
@@ -36,6 +37,7 @@ class Asked:
     verification: Verification | None = None
     stop: tuple[str, ...] = ()
     grammar: Grammar | None = None
+    penalties: Penalties | None = None
 
     def over(self, standing: Asked) -> Asked:
         """This request's fields where it gave them, else `standing`'s (a server's own options)."""
@@ -89,10 +91,12 @@ def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None 
         seed=asked.seed,
     )
     sampling.validate()
-    if asked.grammar is not None and drafter == "tree":
-        raise UsageError("The tree drafter cannot draft under a grammar (response_format, json_schema): pick another drafter.")
+    if (asked.grammar is not None or asked.penalties is not None) and drafter == "tree":
+        raise UsageError("The tree drafter cannot draft under a grammar (response_format, json_schema) or penalties "
+                         "(frequency_penalty, presence_penalty, logit_bias): pick another drafter.")
     config = GenerationConfig(max_tokens=max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=p_min,
-                              verification=asked.verification or "speculative", stop=asked.stop, grammar=asked.grammar)
+                              verification=asked.verification or "speculative", stop=asked.stop, grammar=asked.grammar,
+                              penalties=asked.penalties)
     return GenerationRequest(drafter, config)
 
 

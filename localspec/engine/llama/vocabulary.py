@@ -7,6 +7,7 @@ asked once per emitted token: they are cached here.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 
 import llama_cpp
 
@@ -55,6 +56,10 @@ class Vocabulary:
         if eog is None:
             eog = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.handle, token))
         return eog
+
+    def text(self, tokens: Sequence[int]) -> str:
+        """The tokens' text, as /detokenize gives it (bytes that end mid-character are replaced)."""
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
     def token_bytes(self, token: int) -> bytes:
         """The bytes a token contributes to the output text (control tokens give none)."""
