@@ -784,7 +784,7 @@ def test_make_draft_writes_a_gguf_that_loads_passes_the_pair_check_and_drafts(ti
     again = cli("make-draft", "--layers", "1", str(tiny["target"]), str(out))
     assert again.returncode == 2 and "already exists" in again.stderr  # a path given on the command line: a usage error
     bad = cli("make-draft", "--layers", "2", str(tiny["target"]), str(tmp_path / "x.gguf"))
-    assert bad.returncode == 1 and "between 1 and 1" in bad.stderr and not (tmp_path / "x.gguf").exists()
+    assert bad.returncode == 2 and "between 1 and 1" in bad.stderr and not (tmp_path / "x.gguf").exists()  # the user's value
     typo = cli("make-draft", "--layers", "1", str(tiny["target"]), str(tmp_path / "no-such" / "folder" / "x.gguf"))
     assert typo.returncode == 2 and "is not an existing folder" in typo.stderr and not (tmp_path / "no-such").exists()
 
