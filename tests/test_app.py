@@ -758,13 +758,12 @@ def test_sigterm_mid_answer_gives_the_terminal_back_and_keeps_the_answer(tmp_pat
         return row[0] if row else ""
 
     try:
-        deadline = time.monotonic() + 180
         while b"layers on GPU" not in screen:  # the device line: the pair is loaded
-            assert app.poll() is None and time.monotonic() < deadline, bytes(screen[-2000:])
+            assert app.poll() is None, bytes(screen[-2000:])
             time.sleep(0.1)
         os.write(main, b"Write a long story about a lighthouse keeper.\r")
         while len(streamed()) < 20:  # the answer is being written, and saved as it goes
-            assert app.poll() is None and time.monotonic() < deadline, bytes(screen[-2000:])
+            assert app.poll() is None, bytes(screen[-2000:])
             time.sleep(0.1)
         before = len(screen)
         app.send_signal(signal.SIGTERM)

@@ -245,9 +245,8 @@ def test_ctrl_c_during_a_model_load_stops_it_and_exits_130(tmp_path, real_models
                                 "--prompt", "Write a long story.", "--max-tokens", "400"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        deadline = time.monotonic() + 120
         while not any(log.stat().st_size for log in (tmp_path / "state").rglob("llama.log")):  # llama.cpp has begun the load
-            assert process.poll() is None and time.monotonic() < deadline, "the load never began"
+            assert process.poll() is None, "the command ended before its load began"
             time.sleep(0.01)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=120)

@@ -62,7 +62,7 @@ def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.rand
     """The target's verdict on a draft from its verify rows: greedy at temperature 0, else the configured rule; with
     penalties or a logit bias, the penalised target's (engine/penalties.py); under a grammar, the constrained target's
     (engine/grammar.py)."""
-    penalties = config.penalties if config.penalties is not None and config.penalties.active else None
+    penalties = config.penalties
     if config.grammar is None and penalties is None:
         return _judge(draft, rows, config, rng)
     if draft.fork is not None:

@@ -31,10 +31,6 @@ class Penalties:
         self._bias_ids = np.fromiter(self.bias.keys(), dtype=np.int64, count=len(self.bias))
         self._bias_values = np.fromiter(self.bias.values(), dtype=np.float32, count=len(self.bias))
 
-    @property
-    def active(self) -> bool:
-        return bool(self.frequency or self.presence or self.bias)
-
     def adjust(self, rows: np.ndarray, draft: Sequence[int]) -> np.ndarray:
         """The verify rows as the penalised target has them: row i after the answer so far and draft[:i] (a copy: the
         rows are llama.cpp's own buffer)."""

@@ -10,7 +10,6 @@ abort the load, and the interrupt is raised again once control is back in Python
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import signal
 import threading
 from collections.abc import Iterator
@@ -25,14 +24,12 @@ class LoadAbort:
     def __init__(self, cancel: threading.Event | None) -> None:
         self.cancel = cancel
         self.interrupted = threading.Event()  # Ctrl-C, while the load held the main thread
-        self.callback = llama_cpp.llama_progress_callback(self._go_on)  # kept here: llama.cpp holds only its address
-
-    def _go_on(self, _progress: float, _user_data: ctypes.c_void_p) -> bool:
-        return not (self.interrupted.is_set() or (self.cancel is not None and self.cancel.is_set()))
+        # kept here: llama.cpp holds only its address; it goes on while nothing asked it to stop
+        self.callback = llama_cpp.llama_progress_callback(lambda _progress, _user_data: not self.stopped)
 
     @property
     def stopped(self) -> bool:
-        return not self._go_on(0.0, ctypes.c_void_p(0))
+        return self.interrupted.is_set() or (self.cancel is not None and self.cancel.is_set())
 
     @contextlib.contextmanager
     def interrupts_deferred(self) -> Iterator[None]:
