@@ -176,17 +176,19 @@ async def test_the_chat_follows_an_answer_below_the_fold_until_the_user_scrolls_
         container = app.query_one("#messages")
         await pilot.press(*"go on", "enter")
         await wait_for(pilot, lambda: app.streaming is not None and len(app.streaming.text) > 40)
-        for _ in range(3):  # as the answer grows, its newest line stays in sight
-            grown = len(app.streaming.text)
-            await wait_for(pilot, lambda grown=grown: len(app.streaming.text) > grown + 10)
+        view = app.streaming
+
+        async def grows() -> None:  # by ten characters, or to its end (the model may end its answer: EOS)
+            grown = len(view.text)
+            await wait_for(pilot, lambda: app.streaming is None or len(view.text) > grown + 10)
             await pilot.pause(0.2)
-            assert container.max_scroll_y > 0 and container.scroll_y >= container.max_scroll_y - 1, (container.scroll_y, container.max_scroll_y)
-            assert app.streaming.region.bottom <= container.region.bottom + 1 and app.streaming.region.bottom > container.region.y
+
+        await grows()  # as the answer grows, its newest line stays in sight
+        assert container.max_scroll_y > 0 and container.scroll_y >= container.max_scroll_y - 1, (container.scroll_y, container.max_scroll_y)
+        assert view.region.bottom <= container.region.bottom + 1 and view.region.bottom > container.region.y
         container.scroll_home(animate=False)  # the user scrolls up to read: the chat leaves the view where it is
         await pilot.pause(0.2)
-        grown = len(app.streaming.text)
-        await wait_for(pilot, lambda: len(app.streaming.text) > grown + 10)
-        await pilot.pause(0.2)
+        await grows()
         assert container.scroll_y < 2
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.streaming is None)
