@@ -86,6 +86,23 @@ def test_a_prompt_too_long_for_a_slot_gets_a_clear_400_and_the_others_go_on(serv
         assert fine.result() == alone["hello there"]
 
 
+def test_a_seeded_request_draws_from_its_own_stream_while_others_sample(server):
+    """Its random numbers are its own: the same seed writes the same answer alone and beside three requests sampling
+    at once (on these tiny models a shared pass gives every slot the logits it gets alone, so only a stream another
+    request drew from could make it differ)."""
+    def sample(prompt: str, seed: int | None, max_tokens: int = 32) -> str:
+        reply = client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": prompt}],
+                                                       max_tokens=max_tokens, temperature=1.0, seed=seed)
+        return reply.choices[0].message.content
+
+    alone = sample("tell me something", 42)
+    with ThreadPoolExecutor(4) as pool:
+        others = [pool.submit(sample, prompt, None, 64) for prompt in ("hello there", "the theater", "are there trees")]
+        among = pool.submit(sample, "tell me something", 42)
+        assert among.result() == alone and all(other.result() for other in others)
+    assert sample("tell me something", 43) != alone  # the seed decides the answer
+
+
 def test_a_burst_of_fifty_requests_over_eight_slots(tiny, tmp_path, alone):
     """Each completes once, with its own answer (none lost, none duplicated, none crossed with another's)."""
     with live_server(tmp_path, "--target", str(tiny["target"]), "--draft", str(tiny["near"]), "--parallel", "8",

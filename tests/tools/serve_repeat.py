@@ -2,10 +2,11 @@
 
 For each bundled prompt: the reference is `generate --no-draft` (a process of its own, fresh); then one server (the
 drafter and slots given) answers the prompt fresh, again with it cached, and once more after another prompt has taken
-its slot's cache. Every answer is compared with the reference, token text for text; a departure is printed with where
-it starts and the target's top-2 logit gap there (from a plain run with margins): with one slot and `--drafter none`
-every answer must equal it; several slots' shared passes and drafters' verify passes round differently, so their
-answers may depart, at near-ties only.
+its slot's cache; with several slots, the prompts are then sent all at once too (each shares its passes with others).
+Every answer is compared with the reference, token text for text; a departure is printed with where it starts and the
+target's top-2 logit gap there (from a plain run with margins): with one slot and `--drafter none` every answer must
+equal it; several slots' shared passes and drafters' verify passes round differently, so their answers may depart, at
+near-ties only.
 
 Run: .venv/bin/python -m tests.tools.serve_repeat --target T.gguf [--draft D.gguf --drafter auto] [--parallel 4] [--tokens 64]
 """
@@ -17,6 +18,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from localspec.bench.results import BenchPrompt
@@ -63,6 +65,10 @@ def departure(a: str, b: str) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def messages(prompt: BenchPrompt) -> list[dict]:
+    return ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.prompt}]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", type=Path, required=True)
@@ -82,26 +88,33 @@ def main() -> int:
     equal = total = 0
     with tempfile.TemporaryDirectory() as scratch, live_server(Path(scratch), "--target", str(args.target), *extra, "--drafter",
                                                                args.drafter, "--parallel", args.parallel, "--ctx-size", "8192") as server:
+        def ask(content: list[dict]) -> tuple[str, int]:
+            status, body = server.request("POST", "/v1/chat/completions", {"messages": content, "max_tokens": args.tokens,
+                                                                          "temperature": 0})
+            assert status == 200, body
+            return body["choices"][0]["message"]["content"], body["timings"]["cache_n"]
+
+        def report(prompt: BenchPrompt, label: str, text: str, cache_n: int) -> bool:
+            at = departure(text, expected[prompt.id])
+            gap = None if at is None else gap_at(gaps[prompt.id][1], at)
+            print(f"{prompt.id:<22} {label:<14} cache_n {cache_n:>4}  " + ("equal" if at is None else
+                  f"departs at character {at}, top-2 gap there {gap if gap is None else round(gap, 4)}"))
+            return at is None
+
         for i, prompt in enumerate(prompts):
-            messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.prompt}]
             other = prompts[(i + 1) % len(prompts)]
-
-            def ask(content: list[dict]) -> tuple[str, int]:
-                status, body = server.request("POST", "/v1/chat/completions", {"messages": content, "max_tokens": args.tokens,
-                                                                              "temperature": 0})
-                assert status == 200, body
-                return body["choices"][0]["message"]["content"], body["timings"]["cache_n"]
-
-            answers = [("fresh", *ask(messages)), ("cached", *ask(messages))]
+            answers = [("fresh", *ask(messages(prompt))), ("cached", *ask(messages(prompt)))]
             ask([{"role": "user", "content": other.prompt}])
-            answers.append(("after another", *ask(messages)))
+            answers.append(("after another", *ask(messages(prompt))))
             for label, text, cache_n in answers:
                 total += 1
-                at = departure(text, expected[prompt.id])
-                equal += at is None
-                gap = None if at is None else gap_at(gaps[prompt.id][1], at)
-                print(f"{prompt.id:<22} {label:<14} cache_n {cache_n:>4}  " + ("equal" if at is None else
-                      f"departs at character {at}, top-2 gap there {gap if gap is None else round(gap, 4)}"))
+                equal += report(prompt, label, text, cache_n)
+        if int(args.parallel) > 1:
+            with ThreadPoolExecutor(int(args.parallel)) as pool:
+                together = list(pool.map(lambda prompt: ask(messages(prompt)), prompts))
+            for prompt, (text, cache_n) in zip(prompts, together):
+                total += 1
+                equal += report(prompt, "together", text, cache_n)
     print(f"\n{equal} of {total} answers equal generate --no-draft ({args.drafter}, {args.parallel} slot(s), {args.tokens} tokens)")
     return 0 if equal == total or args.drafter != "none" else 1
 
