@@ -460,10 +460,10 @@ def test_after_a_tree_the_targets_cache_holds_exactly_the_settled_text(tiny):
         text = prompt + tree.tokens  # the cache may run past it: a step's accepted tokens beyond max_tokens are settled, not shown
         assert cached[: len(text)] == text[: len(cached)] and len(cached) >= len(text) - 1
         probe = engine.target.decode([7], outputs=1)[0].copy()
-        engine.target.truncate(0)
+        engine.target.forget(0)
         engine.target.prefill(cached)
         fresh = engine.target.decode([7], outputs=1)[0].copy()
-        engine.target.truncate(0)
+        engine.target.forget(0)
         engine.target.prefill(cached[:-2] + [cached[-1], cached[-2]])  # control: the same tokens, two swapped
         swapped = engine.target.decode([7], outputs=1)[0].copy()  # a view dies with the context: read after the with, it would be freed memory
     # Batched and single-row passes round differently (about 1e-3 here); a wrong cache differs by far more.

@@ -63,8 +63,8 @@ def ledger(models: dict[str, Model], costs: CostTable) -> Iterator[list[float]]:
 def predicted_rate(engine: Engine, drafter: Drafter, prompt: list[int], config: GenerationConfig, plain: Run) -> tuple[float, Run]:
     """Tokens per ms at the H200's costs, from empty caches, and the run (lossless against plain)."""
     assert engine.draft is not None
-    engine.target.truncate(0)
-    engine.draft.truncate(0)
+    engine.target.forget(0)
+    engine.draft.forget(0)
     with ledger({"target": engine.target, "draft": engine.draft}, h200()) as spent:
         result = run(Decoder(engine.target, drafter), prompt, config)
     assert_lossless(plain, result, label=drafter.name)

@@ -49,8 +49,8 @@ TOKENS = 128
 def priced(engine: Engine, drafter: Drafter | None, prompt: list[int], config: GenerationConfig, costs: CostTable) -> tuple[float, Run]:
     """The answer's cost at `costs` from empty caches, the prompt's pass left out (plain decoding pays it alike)."""
     assert engine.draft is not None
-    engine.target.truncate(0)
-    engine.draft.truncate(0)
+    engine.target.forget(0)
+    engine.draft.forget(0)
     with ledger({"target": engine.target, "draft": engine.draft}, costs) as spent:
         result = run(Decoder(engine.target, drafter), prompt, config)
     return sum(spent[1:]), result

@@ -169,10 +169,10 @@ def test_a_seed_gives_plain_samplings_answer_whatever_auto_chose(setup):
     asked = 0
     for seed in range(10):
         config = GenerationConfig(max_tokens=30, sampling=SamplingParams(**SAMPLING, seed=seed), draft_max=4, draft_p_min=0.0)
-        engine.target.truncate(0)
+        engine.target.forget(0)
         answers = [run(engine.plain, prompt, config).tokens]
         for costs in (cheap_draft, dear_draft):
-            engine.target.truncate(0)
+            engine.target.forget(0)
             result = run(Decoder(engine.target, AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))), prompt, config)
             answers.append(result.tokens)
             asked += sum(n for label, n in result.finished.stats.decisions.items() if label.startswith(("model", "hybrid")))

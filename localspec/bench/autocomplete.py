@@ -150,7 +150,7 @@ def replay(engine: Engine, requests: list[LineRequest], rounds: int, progress: B
     for round_index in range(rounds):
         order = MODES[round_index % len(MODES) :] + MODES[: round_index % len(MODES)]
         for mode in order:
-            engine.target.truncate(0)  # each mode's session starts cold, as an editor's first request does...
+            engine.target.forget(0)  # each mode's session starts cold, as an editor's first request does...
             decoders[mode].drafter.forget_requests()  # ...and remembers nothing of the last round's
             reported = 0
             for index, (request, prompt) in enumerate(zip(requests, prompts), 1):

@@ -27,6 +27,8 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"localspec: warning: {warning}", file=sys.stderr)
     with Engine(engine_config_from_args(args, with_draft=not args.no_draft, plan=plan)) as engine:
         device = device_record(engine) | {"plan": plan.to_dict()}
+        if engine.drafting_note and request.drafter != "none":
+            print(f"localspec: note: {engine.drafting_note}", file=sys.stderr)
         if args.raw:
             prompt = raw_prompt_tokens(engine.target, args.prompt)
         else:

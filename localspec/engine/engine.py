@@ -74,6 +74,13 @@ class Engine:
         self.plain = self.decoder("none")
 
     @property
+    def drafting_note(self) -> str:
+        """Why this pair's target verifies shorter drafts than asked, or none (its memory: llama/memory.py); empty where
+        nothing limits them. The command line, the server and the app say it once, at load."""
+        reason = self.target.memory.reason
+        return f"{self.target.path.name}: {reason}" if reason else ""
+
+    @property
     def speculative(self) -> Decoder:
         """The draft model's decoder (plain decoding when no draft model was loaded)."""
         return self.decoder("model") if self.draft is not None else self.plain

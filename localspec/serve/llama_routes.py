@@ -45,7 +45,8 @@ async def props(request: Request) -> dict[str, Any]:
         "total_slots": state.options.parallel, "model_path": str(engine.config.target), "chat_template": engine.target.chat_template() or "",
         "build_info": f"localspec {__version__}", "modalities": {"vision": False, "audio": False},
         "localspec": {"draft_path": str(engine.config.draft) if engine.config.draft else None, "drafter": state.options.drafter,
-                      "plain_per_second": 1000.0 / state.plain_ms_per_token if state.plain_ms_per_token else None},
+                      "plain_per_second": 1000.0 / state.plain_ms_per_token if state.plain_ms_per_token else None,
+                      "memory": engine.target.memory.value, "drafting_note": engine.drafting_note or None},
     }
 
 

@@ -70,6 +70,8 @@ def _load(state: ServerState, config: EngineConfig) -> None:
         state.engine = engine
         rate = f"{1000 / state.plain_ms_per_token:.1f} tok/s plain" if state.plain_ms_per_token else ""
         print(f"localspec serve: ready ({engine.target.description}; {rate})", file=sys.stderr, flush=True)
+        if engine.drafting_note:
+            print(f"localspec serve: note: {engine.drafting_note}", file=sys.stderr, flush=True)
     except LocalspecError as exc:
         state.load_error = f"The pair could not be loaded: {exc}"
         print(f"localspec serve: {state.load_error}", file=sys.stderr, flush=True)

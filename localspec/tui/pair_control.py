@@ -80,6 +80,8 @@ class PairControl(AppState):
         self.notify(f"{message.loaded.pair.title} is ready.", timeout=3)
         for warning in message.loaded.plan.warnings:
             self.notify(f"Memory plan: {warning}.", severity="warning", timeout=15)
+        if message.loaded.engine.drafting_note:
+            self.notify(f"Drafting: {message.loaded.engine.drafting_note}.", severity="warning", timeout=15)
 
     def on_pair_load_failed(self, message: m.PairLoadFailed) -> None:
         if message.pair_id != self.loading_pair:

@@ -23,7 +23,7 @@ TOKENS = 64
 
 
 def tokens_per_second(model: Model, prompt: list[int]) -> float:
-    model.truncate(0)
+    model.forget(0)
     finished = [event for event in Decoder(model).generate(prompt, GenerationConfig(max_tokens=TOKENS)) if isinstance(event, Finished)][0]
     return finished.stats.predicted_per_second
 

@@ -28,7 +28,7 @@ from localspec.engine.tuning import CLASS_EDGES, CONFIDENCE_DECAY
 
 def best_and_probability(model: Model, prompt: Sequence[int], answer: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """The model's best token and its probability at every answer position (one pass over the prompt and the answer)."""
-    model.truncate(0)
+    model.forget(0)
     model.decode(list(prompt[:-1]), outputs=0)
     rows = model.decode([prompt[-1], *answer[:-1]], outputs=len(answer)).astype(np.float64)
     rows -= rows.max(axis=1, keepdims=True)

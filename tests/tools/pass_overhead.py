@@ -46,7 +46,7 @@ def measure(path: Path, tokens: int) -> None:
         config = GenerationConfig(max_tokens=tokens)
         one = []
         for _ in range(ROUNDS):
-            engine.target.truncate(0)
+            engine.target.forget(0)
             one.append(next(e for e in Decoder(engine.target).generate(prompt, config) if isinstance(e, Finished)).stats.python_ms_per_step)
         print(f"{path.name}: one sequence {statistics.median(one):.4f} ms/pass ({', '.join(f'{v:.4f}' for v in one)})")
         for slots in (1, 4):

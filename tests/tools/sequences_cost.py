@@ -36,7 +36,7 @@ def main(rounds: int) -> None:
             tokens_per_second(decoder, prompt)
         for _ in range(rounds):
             for n_seq, model in ((1, one), (2, two)):
-                model.truncate(0)
+                model.forget(0)
                 rates[n_seq].append(tokens_per_second(Decoder(model), prompt))
                 time.sleep(0.2)
     for n_seq, values in rates.items():

@@ -31,19 +31,19 @@ def take_prefix(slots: Sequence[Slot], slot: Slot, prompt: list[int]) -> int:
     tokens = prompt[:-1]
 
     def reusable(other: Slot) -> int:
-        return prompt_passes.reusable_prefix(other.shared_prefix(tokens), other.canonical, len(prompt))
+        n = prompt_passes.reusable_prefix(other.shared_prefix(tokens), other.canonical, len(prompt))
+        return n if other is slot else slot.target.lendable(other.seq, n)
 
     donor = max(slots, key=reusable)
     own, lent = reusable(slot), reusable(donor)  # lent > own: the donor is another slot
     if lent > own:
         slot.target.forget(slot.seq)
         slot.target.share_cells(donor.seq, slot.seq, lent)
-    else:
-        cut(slot, own)
-    return max(own, lent)
+        return lent
+    return cut(slot, own)
 
 
-def cut(slot: Slot, keep: int) -> None:
-    """The slot's target cells past its first `keep` tokens go."""
-    if keep < len(slot.cached):
-        slot.target.forget(slot.seq, keep)
+def cut(slot: Slot, keep: int) -> int:
+    """The slot's target cells past its first `keep` tokens go (all of them, where its memory cannot drop just those:
+    llama/memory.py); how many it holds after."""
+    return slot.target.forget(slot.seq, keep)

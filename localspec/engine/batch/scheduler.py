@@ -201,6 +201,8 @@ class BatchScheduler:
     def _drafts(self, generating: list[Slot]) -> list[_Step]:
         """Each slot's draft: every drafter proposes for all its slots at once (a draft model in one batched drafting)."""
         k_limit = self.target.n_batch // max(1, len(generating)) - 1  # every slot's [last, draft] fits one pass
+        if self.target.draft_limit is not None:  # and its rejected tokens can drop (llama/memory.py)
+            k_limit = min(k_limit, self.target.draft_limit)
         groups: dict[int, tuple[Drafter, list[Slot]]] = {}
         for slot in generating:
             drafter = slot.job.request.drafter
@@ -292,8 +294,8 @@ class BatchScheduler:
         drafter.observe_target(slot.seq, rows[0])  # before anything decodes again: rows is llama.cpp's buffer
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         keep = step.pos0 + 1 + verdict.n_accepted
-        if keep < len(slot.cached):  # the pass put [last, *draft] in: the rejected draft tokens go
-            self.target.forget(slot.seq, keep)
+        if self.target.forget(slot.seq, keep) != keep:  # the pass put [last, *draft] in: the rejected draft tokens go
+            raise EngineError(f"{self.target.path.name} could not roll back a draft of {len(draft.tokens)} tokens")
         slot.last = verdict.token
         stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
         if draft.choice is not None:

@@ -14,6 +14,7 @@ import time
 from localspec.engine.answer import emitted_tokens, judge, top2_margins
 from localspec.engine.batch.slot import Generation, Slot
 from localspec.engine.drafters.base import Ask
+from localspec.engine.errors import EngineError
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
 
@@ -25,9 +26,11 @@ def solo_step(target: Model, slot: Slot, generation: Generation, room: int) -> t
     assert slot.seq == 0  # a lone slot is sequence 0: the one-sequence API's
     config, stats, rng = generation.request.config, generation.stats, generation.rng
     t0 = time.perf_counter_ns()
-    [draft] = drafter.propose([Ask(0, config.draft_cap(room, stats.predicted_n), config.draft_p_min, config.draft_sampling, rng)])
-    if draft.n_tokens > room:
-        # A tree's fork takes cells of its own; with too few left, the main chain (at most k <= room) goes alone.
+    cap = config.draft_cap(room, stats.predicted_n, target.draft_limit)
+    [draft] = drafter.propose([Ask(0, cap, config.draft_p_min, config.draft_sampling, rng)])
+    if draft.n_tokens > room or not target.forks:
+        # A tree's fork takes cells of its own (and an attention cache); with too few left, the main chain (at most
+        # k <= room) goes alone.
         # The drafter hears the settled tokens in accept() as always, and drops the fork's speculation then.
         draft.fork = None
     t1 = time.perf_counter_ns()
@@ -46,7 +49,9 @@ def solo_step(target: Model, slot: Slot, generation: Generation, room: int) -> t
         target.settle_tree(n_past + 1 + fork.at, on_fork)
         stats.n_forks += 1
         stats.n_fork_accepted += verdict.branch
-    target.truncate(n_past + 1 + verdict.n_accepted)
+    keep = n_past + 1 + verdict.n_accepted
+    if target.forget(0, keep) != keep:
+        raise EngineError(f"{target.path.name} could not roll back a draft of {len(draft.tokens)} tokens")
     drafter.accept(0, [*verdict.accepted, verdict.token])
     t3 = time.perf_counter_ns()
     drafter.observe_step(draft.n_tokens + 1, (t2 - t1) / 1e6, (t3 - t0 - (t2 - t1)) / 1e6)

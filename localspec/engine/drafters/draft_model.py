@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
+from localspec.engine.llama.memory import MemoryKind
 from localspec.engine.llama.model import Model
 from localspec.engine.sampling import Distribution, SamplingParams, distribution, greedy_with_confidence
 from localspec.engine.tokens import common_prefix
@@ -90,13 +91,14 @@ class ModelDrafter(Drafter):
         tokens = prompt[:-1]
         cells = self.model.cells.tokens
         keep = common_prefix(cells[seq], tokens)
-        lent, donor = max((common_prefix(held, tokens), other) for other, held in enumerate(cells))
+        lent, donor = max((self.model.lendable(other, common_prefix(held, tokens)), other)
+                          for other, held in enumerate(cells) if other != seq) if len(cells) > 1 else (0, seq)
         if lent > keep:
             self.model.forget(seq)
             self.model.share_cells(donor, seq, lent)
             keep = lent
-        elif keep < len(cells[seq]):
-            self.model.forget(seq, keep)
+        else:
+            keep = self.model.forget(seq, keep)
         self._seqs[seq] = _Sequence(list(prompt[keep:]))
 
     def read(self, seq: int, n: int) -> None:
@@ -236,10 +238,17 @@ class ModelDrafter(Drafter):
 
     def rewind(self, seq: int, keep: int) -> None:
         """Keep only the first `keep` speculated tokens of `seq` in the cache."""
-        speculated = self._seqs[seq].speculated
+        state = self._seqs[seq]
+        speculated = state.speculated
         if keep < len(speculated):
-            self.model.forget(seq, len(self.model.cells.tokens[seq]) - len(speculated) + keep)
+            cells = self.model.cells.tokens[seq]
+            wanted = len(cells) - len(speculated) + keep
+            held_before = cells[:wanted] if self.model.memory is not MemoryKind.ATTENTION else []
+            held = self.model.forget(seq, wanted)
             del speculated[keep:]
+            if held < wanted:  # a recurrent draft could not drop only its speculation: it reads again what it lost
+                state.pending[:0] = held_before[held:]
+                state.speculated = speculated = []
 
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         """Speculated tokens that were accepted stay in the cache; the rest of the new text is read in the next draft's

@@ -25,6 +25,7 @@ from localspec.engine.grammar import Grammar
 from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
 from localspec.engine.llama.load_abort import LoadAbort
+from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind, draft_limit, droppable
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
 
@@ -132,6 +133,8 @@ class Model:
         ctx_params.n_threads = self.n_threads
         ctx_params.n_threads_batch = self.n_threads
         ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        recurrent = llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
+        ctx_params.n_rs_seq = RECURRENT_SNAPSHOTS if recurrent else 0  # llama.cpp keeps 0 where the architecture has none
         self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             errors = "; ".join(llama_log.take_recent_errors()) or "no reason given"
@@ -143,6 +146,8 @@ class Model:
         self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
         self.n_seq = n_seq
+        self.snapshots: int = llama_cpp.llama_n_rs_seq(self._ctx)
+        self.memory = MemoryKind.ATTENTION if not recurrent else MemoryKind.SNAPSHOTS if self.snapshots else MemoryKind.RECURRENT
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
         self._empty_cells()
         self._view_key: tuple[int, int] | None = None  # the logits view's (buffer address, rows): a new context, a new buffer
@@ -228,6 +233,17 @@ class Model:
     def _empty_cells(self) -> None:
         self.cells = SequenceCells.empty(self.n_seq)  # what each sequence's cells hold, kept at every decode, rollback and share
         self.kv_tokens = self.cells.tokens[0]  # sequence 0's: the one-sequence callers' cache (the same list, never replaced)
+        self._last_pass = [0] * self.n_seq  # per sequence, the tokens its last pass put in (0 once rolled back): memory.py
+
+    @property
+    def draft_limit(self) -> int | None:
+        """The most draft tokens a verify pass of this model may hold (None: no limit), as its memory can drop them."""
+        return draft_limit(self.memory, self.snapshots)
+
+    @property
+    def forks(self) -> bool:
+        """Whether a tree's two branches can share this cache: a recurrent state cannot be lent by position."""
+        return self.memory is MemoryKind.ATTENTION
 
     @property
     def canonical_n(self) -> int:
@@ -237,11 +253,6 @@ class Model:
     def n_past(self) -> int:
         return len(self.kv_tokens)
 
-    def truncate(self, n_keep: int) -> None:
-        """Forget every cached token from position `n_keep` on (the rollback of a rejected draft)."""
-        if n_keep < len(self.kv_tokens):
-            self.forget(0, n_keep)
-
     def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray:
         """Append `tokens` to the cache in one llama_decode; return logits of the last `outputs` tokens.
 
@@ -250,6 +261,7 @@ class Model:
         pos0 = len(self.kv_tokens)
         rows = self._run_batch([(token, pos0 + i, (0,)) for i, token in enumerate(tokens)], outputs)
         self.kv_tokens.extend(tokens)  # sequence 0's record, in one call (the other passes place entry by entry)
+        self._last_pass[0] = len(tokens)
         return rows
 
     def decode_tree(self, shared: Sequence[int], main: Sequence[int], branch: Sequence[int]) -> np.ndarray:
@@ -260,8 +272,9 @@ class Model:
         the other's. Returns a row per token, in the order shared, main, branch;
         `settle_tree` then keeps one branch.
         """
-        if self.n_seq < 2:
-            raise EngineError(f"{self.role} model holds one sequence; a tree draft needs two (ensure_sequences(2)).")
+        if self.n_seq < 2 or not self.forks:
+            raise EngineError(f"{self.role} model holds one sequence, or a recurrent state; a tree draft needs two sequences "
+                              "of an attention cache (ensure_sequences(2)).")
         llama_cpp.llama_memory_seq_cp(self._memory, 0, 1, -1, -1)
         self.cells.share(0, 1, self.n_past)
         pos0 = len(self.kv_tokens)
@@ -297,20 +310,35 @@ class Model:
         placed = [(token, pos, (seq,)) for token, pos, seq, _ in entries]
         rows = self._decode_entries(placed, [wants for *_, wants in entries])
         self.cells.placed(placed)
+        if self.memory is not MemoryKind.ATTENTION:  # what each sequence may drop next (memory.py)
+            for seq in {seq for _, _, seq, _ in entries}:
+                self._last_pass[seq] = sum(1 for _, _, other, _ in entries if other == seq)
         return rows
 
-    def forget(self, seq: int, from_pos: int = 0) -> None:
-        """Drop sequence `seq`'s cells from position `from_pos` on (a slot's rollback, or its whole cache)."""
+    def forget(self, seq: int, from_pos: int = 0) -> int:
+        """Drop sequence `seq`'s tokens from position `from_pos` on: the one rollback, of a rejected draft or of a cache
+        a prompt reuses in part. Where the memory cannot drop just those (memory.py), the whole sequence goes. How many
+        tokens the sequence holds after."""
+        held = len(self.cells.tokens[seq])
+        if from_pos >= held:
+            return held
+        can_drop = droppable(self.memory, self.snapshots, self._last_pass[seq])
+        if from_pos > 0 and can_drop is not None and held - from_pos > can_drop:
+            from_pos = 0
         if not llama_cpp.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
-            raise EngineError(
-                f"{self.path.name} cannot roll back its cache (a recurrent or hybrid architecture). "
-                "Speculative decoding needs a model whose cache can drop rejected tokens; run it without a draft."
-            )
+            raise EngineError(f"llama.cpp could not drop sequence {seq}'s cells of {self.path.name} from position {from_pos}.")
         self.cells.cut(seq, from_pos)
+        self._last_pass[seq] = 0  # a recurrent rollback spends the pass's snapshots
+        return from_pos
+
+    def lendable(self, source: int, n: int) -> int:
+        """How many of sequence `source`'s first `n` tokens another sequence can take (share_cells): a recurrent state is
+        the last token's alone, so it cannot be lent by position."""
+        return n if self.memory is MemoryKind.ATTENTION else 0
 
     def share_cells(self, source: int, seq: int, n: int) -> None:
         """Sequence `seq` takes sequence `source`'s cells for positions 0..n-1 (one cache's prefix lent to another slot: in a
-        unified cache the cells are tagged, not copied). `seq` must hold no cells there."""
+        unified cache the cells are tagged, not copied). `seq` must hold no cells there; `n` at most lendable()."""
         llama_cpp.llama_memory_seq_cp(self._memory, source, seq, 0, n)
         self.cells.share(source, seq, n)
 
@@ -366,7 +394,7 @@ class Model:
     def prefill(self, tokens: Sequence[int]) -> int:
         """Make the cache hold exactly `tokens`, read as a prompt (prompt_passes); how many cached cells were reused."""
         keep = prompt_passes.reusable_prefix(common_prefix(list(tokens), self.kv_tokens), self.canonical_n, len(tokens))
-        self.truncate(keep)
+        keep = self.forget(0, keep)
         self._read(tokens, keep)
         return keep
 

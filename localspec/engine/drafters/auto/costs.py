@@ -147,15 +147,15 @@ def time_passes(model: Model, sizes: Sequence[int], repeats: int) -> PassCosts:
     sizes = [n for n in sizes if n <= model.n_batch]
     runs: dict[int, list[float]] = {n: [] for n in sizes}
     for n in sizes:  # untimed: the first pass of a shape pays for what later ones reuse (module docstring)
-        model.truncate(0)
+        model.forget(0)
         model.decode([token] * n, outputs=n)
     for _ in range(repeats):
         for n in sizes:
-            model.truncate(0)
+            model.forget(0)
             start = time.perf_counter()
             model.decode([token] * n, outputs=n)
             runs[n].append((time.perf_counter() - start) * 1000)
-    model.truncate(0)
+    model.forget(0)
     costs = PassCosts()
     if 1 in runs:
         one = statistics.median(runs[1])

@@ -1,0 +1,106 @@
+"""Hybrid and recurrent targets (Qwen3.5, LFM2, Nemotron-H; Mamba) on tiny models llama.cpp's own writer made.
+
+Where llama.cpp keeps snapshots of the recurrent state (n_rs_seq), drafts are verified and their rejected tokens rolled
+back, at one slot and at four, and greedy output is the target's own. Where it keeps none (Mamba), the pair answers
+with plain decoding and says why. A hybrid draft model, whose speculation cannot drop, reads its context again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from localspec.engine.chat import raw_prompt_tokens
+from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind
+from tests import arch_models
+from tests.batch_runs import run_batch
+from tests.conftest import cli, run
+from tests.lossless import assert_lossless
+
+HYBRIDS = ("qwen35", "lfm2", "nemotron_h")
+DRAFTERS = ("model", "ngram", "hybrid", "auto")
+PROMPTS = ("hello there friend", "the theater of trees", "once upon a time", "are there trees")
+CONFIG = GenerationConfig(max_tokens=40, draft_max=4, draft_p_min=0.0)
+COSTS = CostTable.given({1: 1.0, 8: 1.3, 32: 2.0})  # GPU-shaped: a verify of a few tokens costs about one, so auto drafts
+
+
+@pytest.fixture(scope="module")
+def archs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("archs")
+    return {arch: arch_models.write(root, arch) for arch in (*HYBRIDS, "mamba", "llama")}
+
+
+@pytest.mark.parametrize("arch", HYBRIDS)
+def test_a_hybrid_target_speculates_and_writes_its_own_greedy_answer(archs, arch):
+    with Engine(EngineConfig(archs[arch], archs["llama"], n_ctx=1024)) as engine:
+        assert engine.target.memory is MemoryKind.SNAPSHOTS and engine.target.draft_limit == RECURRENT_SNAPSHOTS
+        assert f"rolls back at most {RECURRENT_SNAPSHOTS} tokens" in engine.drafting_note
+        prompt = raw_prompt_tokens(engine.target, PROMPTS[0])
+        plain = run(engine.plain, prompt, CONFIG)
+        drafted = accepted = 0
+        for name in DRAFTERS:
+            speculative = run(engine.decoder(name), prompt, replace(CONFIG, draft_max=8 if name == "ngram" else 4))
+            assert_lossless(plain, speculative, label=f"{arch} {name}")
+            drafted += speculative.finished.stats.draft_n
+            accepted += speculative.finished.stats.draft_n_accepted
+        assert 0 < accepted < drafted  # drafts were accepted, and others rolled back
+
+
+@pytest.mark.parametrize("arch", HYBRIDS)
+def test_four_slots_on_a_hybrid_target_each_write_their_own_answer(archs, arch):
+    with Engine(EngineConfig(archs[arch], archs["llama"], n_ctx=2048)) as engine:
+        prompts = [raw_prompt_tokens(engine.target, text) for text in PROMPTS]
+        alone = [run(engine.plain, prompt, CONFIG) for prompt in prompts]
+        scheduler = engine.batch(4, COSTS)
+        jobs = [(prompts[i % 4], CONFIG, engine.drafter(DRAFTERS[i // 2 % 4])) for i in range(8)]
+        for i, collected in enumerate(run_batch(scheduler, jobs)):
+            assert_lossless(alone[i % 4], collected.run, label=f"{arch} slot job {i} ({DRAFTERS[i // 2 % 4]})")
+        assert sum(scheduler.slots[i].target.cells_held(i) for i in range(4)) > 0
+
+
+def test_a_hybrid_draft_model_that_cannot_drop_its_speculation_reads_again(archs):
+    with Engine(EngineConfig(archs["qwen35"], archs["nemotron_h"], n_ctx=1024)) as engine:
+        assert engine.draft_model().memory is MemoryKind.SNAPSHOTS  # but it drafts a token a pass: nothing to roll back to
+        prompt = raw_prompt_tokens(engine.target, PROMPTS[1])
+        plain = run(engine.plain, prompt, CONFIG)
+        speculative = run(engine.decoder("model"), prompt, CONFIG)
+        assert_lossless(plain, speculative, label="qwen35 with a nemotron_h draft")
+        assert speculative.finished.stats.draft_n > speculative.finished.stats.draft_n_accepted
+
+
+def test_a_prompt_that_shares_a_prefix_with_the_cache_answers_as_fresh(archs):
+    """A recurrent state cannot go back to a prefix far behind its last pass (prompt_passes keeps a cached prefix only
+    a full pass behind the prompt's end), so the prompt is read again, and answered as a fresh read is."""
+    with Engine(EngineConfig(archs["qwen35"], n_ctx=1024)) as engine:
+        first = raw_prompt_tokens(engine.target, "the theater of trees " * 30)
+        longer = first + raw_prompt_tokens(engine.target, " and more")[1:]
+        departing = first[: len(first) // 2] + raw_prompt_tokens(engine.target, " elsewhere")[1:]
+        fresh = {}
+        for name, prompt in (("longer", longer), ("departing", departing)):
+            engine.target.forget(0)
+            fresh[name] = run(engine.plain, prompt, CONFIG)
+        engine.target.forget(0)
+        run(engine.plain, first, CONFIG)
+        assert run(engine.plain, longer, CONFIG).tokens == fresh["longer"].tokens
+        assert run(engine.plain, departing, CONFIG).tokens == fresh["departing"].tokens
+
+
+def test_a_recurrent_target_without_snapshots_answers_plainly_and_says_why(archs):
+    with Engine(EngineConfig(archs["mamba"], archs["llama"], n_ctx=1024)) as engine:
+        assert engine.target.memory is MemoryKind.RECURRENT and engine.target.draft_limit == 0
+        prompt = raw_prompt_tokens(engine.target, PROMPTS[0])
+        plain = run(engine.plain, prompt, CONFIG)
+        for name in DRAFTERS:
+            answer = run(engine.decoder(name), prompt, CONFIG)
+            assert answer.tokens == plain.tokens and answer.finished.stats.draft_n == 0
+    result = cli("generate", "--raw", "--target", str(archs["mamba"]), "--draft", str(archs["llama"]), "--drafter", "model",
+                 "--prompt", PROMPTS[0], "--max-tokens", "12", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "cannot roll back rejected tokens" in result.stderr and "plain decoding" in result.stderr
+    assert json.loads(result.stdout)["stats"]["draft_n"] == 0
