@@ -27,6 +27,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from localspec.engine.drafters.self_draft import default_layers
 from localspec.engine.llama.model import DEFAULT_N_BATCH, check_gguf_file
 from localspec.errors import LocalspecError
+from localspec.gguf import sliding_window
 from localspec.gguf.header import GGUFHeader, read_local_header, tensor_bytes
 from localspec.gguf.split import split_parts
 from localspec.gguf.summary import ModelSummary
@@ -134,7 +135,13 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     key_length = int(first.arch_value("attention.key_length") or head_dim)
     value_length = int(first.arch_value("attention.value_length") or head_dim)
     block_size, type_size = GGML_QUANT_SIZES[cache_type]
-    block_kv = [n_ctx * heads * (key_length + value_length) * type_size // block_size for heads in n_head_kv]
+    # A window block keeps its window's cells only (the engine opens llama.cpp's small window cache), at its own width.
+    windowed = sliding_window.window_blocks(first, n_layer)
+    window_cells = sliding_window.window_cells(sliding_window.window(first), n_ctx, n_batch)
+    key_swa = int(first.arch_value("attention.key_length_swa") or key_length)
+    value_swa = int(first.arch_value("attention.value_length_swa") or value_length)
+    block_kv = [(window_cells * heads * (key_swa + value_swa) if swa else n_ctx * heads * (key_length + value_length))
+                * type_size // block_size for heads, swa in zip(n_head_kv, windowed)]
 
     # The compute buffer, as llama.cpp reserves it for a full batch: the attention mask (f16, n_ctx per token) and the
     # larger of the head's logits and a block's feed-forward activations. Within 2% of the sizes llama.cpp reports

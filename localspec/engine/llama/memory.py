@@ -4,8 +4,10 @@ An attention cache holds a cell per token, and any of a sequence's newest cells 
 (Mamba-like layers, the gated delta nets of Qwen3.5/3.6, Nemotron-H, LFM2) holds no past: it rolls back only where
 llama.cpp kept per-token snapshots (`n_rs_seq`, for the architectures it supports), and only over the last pass's
 tokens, once (the pass writes a snapshot per token; a rollback restores one and spends them). A hybrid model's cache
-is both, and follows the stricter. Where a sequence cannot drop what was asked, it drops everything: the caller then
-reads its tokens again, which is slower but never wrong.
+is both, and follows the stricter. A sliding-window cache (Gemma, GPT-OSS) keeps only the window's cells in its
+window layers (llama.cpp's small cache, swa_full off): its newest cells drop exactly, but a prefix far behind the
+newest token may have lost the cells its next token must see. Where a sequence cannot drop what was asked, it drops
+everything: the caller then reads its tokens again, which is slower but never wrong.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def droppable(kind: MemoryKind, snapshots: int, last_pass: int) -> int | None:
     if kind is MemoryKind.ATTENTION:
         return None
     return max(0, min(snapshots, last_pass - 1))
+
+
+def window_holds(n_swa: int, pos_min: int, keep: int) -> bool:
+    """Whether a sequence cut to its first `keep` tokens still holds every cell the window layers' next token sees: the
+    cache's oldest cell for it (`pos_min`, -1 when empty) no later than `keep - n_swa` (llama-server's rule)."""
+    return n_swa <= 0 or pos_min <= max(0, keep - n_swa)
 
 
 def draft_limit(kind: MemoryKind, snapshots: int) -> int | None:

@@ -25,7 +25,7 @@ from localspec.engine.grammar import Grammar
 from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
 from localspec.engine.llama.load_abort import LoadAbort
-from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind, draft_limit, droppable
+from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind, draft_limit, droppable, window_holds
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
 
@@ -135,6 +135,7 @@ class Model:
         ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
         recurrent = llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         ctx_params.n_rs_seq = RECURRENT_SNAPSHOTS if recurrent else 0  # llama.cpp keeps 0 where the architecture has none
+        ctx_params.swa_full = False  # a sliding-window model keeps the window's cells only (memory.py)
         self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             errors = "; ".join(llama_log.take_recent_errors()) or "no reason given"
@@ -147,6 +148,7 @@ class Model:
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
         self.n_seq = n_seq
         self.snapshots: int = llama_cpp.llama_n_rs_seq(self._ctx)
+        self.n_swa: int = llama_cpp.llama_model_n_swa(self._model)
         self.memory = MemoryKind.ATTENTION if not recurrent else MemoryKind.SNAPSHOTS if self.snapshots else MemoryKind.RECURRENT
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
         self._empty_cells()
@@ -323,7 +325,7 @@ class Model:
         if from_pos >= held:
             return held
         can_drop = droppable(self.memory, self.snapshots, self._last_pass[seq])
-        if from_pos > 0 and can_drop is not None and held - from_pos > can_drop:
+        if from_pos > 0 and ((can_drop is not None and held - from_pos > can_drop) or not self._window_holds(seq, from_pos)):
             from_pos = 0
         if not llama_cpp.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
             raise EngineError(f"llama.cpp could not drop sequence {seq}'s cells of {self.path.name} from position {from_pos}.")
@@ -334,7 +336,19 @@ class Model:
     def lendable(self, source: int, n: int) -> int:
         """How many of sequence `source`'s first `n` tokens another sequence can take (share_cells): a recurrent state is
         the last token's alone, so it cannot be lent by position."""
-        return n if self.memory is MemoryKind.ATTENTION else 0
+        return n if self.memory is MemoryKind.ATTENTION and self._window_holds(source, n) else 0
+
+    def _window_holds(self, seq: int, keep: int) -> bool:
+        """memory.window_holds for this sequence, asked of llama.cpp only where the model has a window. A hybrid's oldest
+        position is its recurrent state's, the newest: its drops are bounded by the snapshots instead, which a window
+        of the last pass's tokens always covers."""
+        if self.n_swa <= 0 or self.memory is not MemoryKind.ATTENTION:
+            return True
+        return window_holds(self.n_swa, self.oldest_cell(seq), keep)
+
+    def oldest_cell(self, seq: int) -> int:
+        """The oldest position sequence `seq` still holds in the cache (-1: none); past a window, older ones went."""
+        return llama_cpp.llama_memory_seq_pos_min(self._memory, seq)
 
     def share_cells(self, source: int, seq: int, n: int) -> None:
         """Sequence `seq` takes sequence `source`'s cells for positions 0..n-1 (one cache's prefix lent to another slot: in a

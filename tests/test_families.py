@@ -1,29 +1,36 @@
-"""Hybrid and recurrent targets (Qwen3.5, LFM2, Nemotron-H; Mamba) on tiny models llama.cpp's own writer made.
+"""The families people run now, on tiny models llama.cpp's own writer made: hybrid and recurrent (Qwen3.5, LFM2,
+Nemotron-H; Mamba), sliding-window (Gemma 3) and MoE (Qwen3-MoE) targets.
 
 Where llama.cpp keeps snapshots of the recurrent state (n_rs_seq), drafts are verified and their rejected tokens rolled
 back, at one slot and at four, and greedy output is the target's own. Where it keeps none (Mamba), the pair answers
-with plain decoding and says why. A hybrid draft model, whose speculation cannot drop, reads its context again.
+with plain decoding and says why. A hybrid draft model, whose speculation cannot drop, reads its context again. A
+window model keeps the small window cache, and a prefix is reused only where the window's cells are still there.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from localspec import paths
 from localspec.engine.chat import raw_prompt_tokens
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind
+from localspec.machine.memory_plan import read_footprint
 from tests import arch_models
 from tests.batch_runs import run_batch
 from tests.conftest import cli, run
 from tests.lossless import assert_lossless
 
 HYBRIDS = ("qwen35", "lfm2", "nemotron_h")
+FAMILIES = {"qwen35": MemoryKind.SNAPSHOTS, "lfm2": MemoryKind.SNAPSHOTS, "nemotron_h": MemoryKind.SNAPSHOTS,
+            "gemma3": MemoryKind.ATTENTION, "qwen3moe": MemoryKind.ATTENTION}
 DRAFTERS = ("model", "ngram", "hybrid", "auto")
 PROMPTS = ("hello there friend", "the theater of trees", "once upon a time", "are there trees")
 CONFIG = GenerationConfig(max_tokens=40, draft_max=4, draft_p_min=0.0)
@@ -33,14 +40,16 @@ COSTS = CostTable.given({1: 1.0, 8: 1.3, 32: 2.0})  # GPU-shaped: a verify of a 
 @pytest.fixture(scope="module")
 def archs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("archs")
-    return {arch: arch_models.write(root, arch) for arch in (*HYBRIDS, "mamba", "llama")}
+    return {arch: arch_models.write(root, arch) for arch in (*FAMILIES, "mamba", "llama")}
 
 
-@pytest.mark.parametrize("arch", HYBRIDS)
-def test_a_hybrid_target_speculates_and_writes_its_own_greedy_answer(archs, arch):
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_a_target_of_each_family_speculates_and_writes_its_own_greedy_answer(archs, arch):
     with Engine(EngineConfig(archs[arch], archs["llama"], n_ctx=1024)) as engine:
-        assert engine.target.memory is MemoryKind.SNAPSHOTS and engine.target.draft_limit == RECURRENT_SNAPSHOTS
-        assert f"rolls back at most {RECURRENT_SNAPSHOTS} tokens" in engine.drafting_note
+        assert engine.target.memory is FAMILIES[arch]
+        if FAMILIES[arch] is MemoryKind.SNAPSHOTS:
+            assert engine.target.draft_limit == RECURRENT_SNAPSHOTS
+            assert f"rolls back at most {RECURRENT_SNAPSHOTS} tokens" in engine.drafting_note
         prompt = raw_prompt_tokens(engine.target, PROMPTS[0])
         plain = run(engine.plain, prompt, CONFIG)
         drafted = accepted = 0
@@ -52,8 +61,8 @@ def test_a_hybrid_target_speculates_and_writes_its_own_greedy_answer(archs, arch
         assert 0 < accepted < drafted  # drafts were accepted, and others rolled back
 
 
-@pytest.mark.parametrize("arch", HYBRIDS)
-def test_four_slots_on_a_hybrid_target_each_write_their_own_answer(archs, arch):
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_four_slots_on_a_target_of_each_family_each_write_their_own_answer(archs, arch):
     with Engine(EngineConfig(archs[arch], archs["llama"], n_ctx=2048)) as engine:
         prompts = [raw_prompt_tokens(engine.target, text) for text in PROMPTS]
         alone = [run(engine.plain, prompt, CONFIG) for prompt in prompts]
@@ -104,3 +113,37 @@ def test_a_recurrent_target_without_snapshots_answers_plainly_and_says_why(archs
     assert result.returncode == 0, result.stderr
     assert "cannot roll back rejected tokens" in result.stderr and "plain decoding" in result.stderr
     assert json.loads(result.stdout)["stats"]["draft_n"] == 0
+
+
+def test_a_window_model_keeps_the_small_cache_as_the_planner_counts_it(archs):
+    n_ctx = 2048
+    planned = read_footprint(archs["gemma3"], n_ctx)
+    assert planned.block_kv_bytes[0] < planned.block_kv_bytes[1]  # the window block: its window and a batch, not n_ctx
+    result = cli("generate", "--raw", "--target", str(archs["gemma3"]), "--no-draft", "--ctx-size", str(n_ctx),
+                 "--prompt", "hello", "--max-tokens", "2")
+    assert result.returncode == 0, result.stderr
+    # llama.cpp's own account, a line per cache (the full one and the window's) of the context the process opened
+    sizes = re.findall(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells", paths.llama_log_file().read_text())
+    assert [int(cells) for _, cells in sizes[-2:]] == [n_ctx, 768]
+    assert round(sum(float(mib) for mib, _ in sizes[-2:]) * 2**20) == planned.kv_bytes
+
+
+def test_a_window_model_reuses_a_prefix_only_where_the_window_still_holds_it(archs):
+    """A long answer's cache has let its oldest window cells go; a prompt that departs from it more than a window
+    back is read again, one that shares most of it reuses it, and both answer as a fresh read does."""
+    with Engine(EngineConfig(archs["gemma3"], archs["llama"], n_ctx=2048)) as engine:
+        words = raw_prompt_tokens(engine.target, "the theater of trees and the river " * 130)
+        first = words[:900]
+        sharing = words[:850] + raw_prompt_tokens(engine.target, " a new end")[1:]
+        departing = words[:100] + raw_prompt_tokens(engine.target, " elsewhere entirely")[1:]
+        fresh = {}
+        for name, prompt in (("sharing", sharing), ("departing", departing)):
+            engine.target.forget(0)
+            fresh[name] = run(engine.plain, prompt, CONFIG)
+        engine.target.forget(0)
+        run(engine.decoder("model"), first, CONFIG)
+        assert engine.target.oldest_cell(0) > 100  # the window cells the departing prompt would keep are gone
+        again = run(engine.decoder("model"), sharing, CONFIG)
+        assert again.tokens == fresh["sharing"].tokens and again.finished.stats.cache_n >= 700
+        moved = run(engine.decoder("model"), departing, CONFIG)
+        assert moved.tokens == fresh["departing"].tokens and moved.finished.stats.cache_n == 0
