@@ -83,21 +83,27 @@ def test_a_hybrid_draft_model_that_cannot_drop_its_speculation_reads_again(archs
         assert speculative.finished.stats.draft_n > speculative.finished.stats.draft_n_accepted
 
 
-def test_a_prompt_that_shares_a_prefix_with_the_cache_answers_as_fresh(archs):
-    """A recurrent state cannot go back to a prefix far behind its last pass (prompt_passes keeps a cached prefix only
-    a full pass behind the prompt's end), so the prompt is read again, and answered as a fresh read is."""
-    with Engine(EngineConfig(archs["qwen35"], n_ctx=1024)) as engine:
-        first = raw_prompt_tokens(engine.target, "the theater of trees " * 30)
-        longer = first + raw_prompt_tokens(engine.target, " and more")[1:]
-        departing = first[: len(first) // 2] + raw_prompt_tokens(engine.target, " elsewhere")[1:]
+@pytest.mark.parametrize("arch", ["qwen35", "mamba"])
+def test_a_recurrent_target_restores_a_checkpoint_for_a_prompt_that_shares_its_cache(archs, arch):
+    """A chat's next turn holds the last one's prompt: the state saved where that prompt's reading ended is restored,
+    and only the rest is read. A prompt that departs before any checkpoint is read whole. Both answer as fresh."""
+    with Engine(EngineConfig(archs[arch], n_ctx=2048)) as engine:
+        first = raw_prompt_tokens(engine.target, "the theater of trees " * 60)
+        departing = first[:40] + raw_prompt_tokens(engine.target, " elsewhere")[1:] * 30
+        engine.target.forget(0)
+        turn = run(engine.plain, first, CONFIG)
+        next_turn = first + turn.tokens + raw_prompt_tokens(engine.target, " and then?")[1:] * 20
         fresh = {}
-        for name, prompt in (("longer", longer), ("departing", departing)):
+        for name, prompt in (("next turn", next_turn), ("departing", departing)):
             engine.target.forget(0)
             fresh[name] = run(engine.plain, prompt, CONFIG)
         engine.target.forget(0)
         run(engine.plain, first, CONFIG)
-        assert run(engine.plain, longer, CONFIG).tokens == fresh["longer"].tokens
-        assert run(engine.plain, departing, CONFIG).tokens == fresh["departing"].tokens
+        again = run(engine.plain, next_turn, CONFIG)
+        assert_lossless(fresh["next turn"], again, label=f"{arch}, the next turn from a checkpoint")
+        assert again.finished.stats.cache_n == len(first)  # where the first prompt's reading ended
+        moved = run(engine.plain, departing, CONFIG)
+        assert moved.tokens == fresh["departing"].tokens and moved.finished.stats.cache_n == 0
 
 
 def test_a_recurrent_target_without_snapshots_answers_plainly_and_says_why(archs):

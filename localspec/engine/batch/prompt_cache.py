@@ -1,14 +1,13 @@
 """Which cells a new request starts from: the slot it takes, and the prefix of its prompt it keeps or borrows there.
 
 Every slot's cells stay after its request as a prompt cache; a request goes to the free slot that holds most of its
-prompt, and starts from the longest reusable prefix any slot holds (prompt_passes), busy or not.
+prompt, and starts from the longest reusable prefix any slot holds (Model.reusable_prefix), busy or not.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.engine import prompt_passes
 from localspec.engine.batch.slot import Slot
 from localspec.engine.tuning import REUSE_SHARE
 
@@ -23,7 +22,7 @@ def slot_for(free: list[Slot], tokens: Sequence[int]) -> Slot:
 
 
 def take_prefix(slots: Sequence[Slot], slot: Slot, prompt: list[int]) -> int:
-    """Make the slot's caches hold the longest reusable prefix of the prompt (prompt_passes) that any slot holds,
+    """Make the slot's caches hold the longest reusable prefix of the prompt (Model.reusable_prefix) that any slot holds,
     busy or not: its own, or another's cells, which it then shares (a unified cache tags a cell with both sequences:
     nothing is copied or computed). An autocomplete request that comes while the one before it still runs (its
     client left, or it is writing its last tokens) finds that one's file this way instead of reading it again. How
@@ -31,7 +30,7 @@ def take_prefix(slots: Sequence[Slot], slot: Slot, prompt: list[int]) -> int:
     tokens = prompt[:-1]
 
     def reusable(other: Slot) -> int:
-        n = prompt_passes.reusable_prefix(other.shared_prefix(tokens), other.canonical, len(prompt))
+        n = slot.target.reusable_prefix(other.seq, other.shared_prefix(tokens), len(prompt))
         return n if other is slot else slot.target.lendable(other.seq, n)
 
     donor = max(slots, key=reusable)

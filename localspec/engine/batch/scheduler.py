@@ -182,7 +182,7 @@ class BatchScheduler:
         for (slot, chunk), start in zip(chunks, starts):
             if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk),
                                                                                                           len(slot.job.prompt)):
-                self.target.cells.canonical[slot.seq] = start + len(chunk)
+                self.target.mark_read(slot.seq, start + len(chunk))
             slot.job.request.drafter.read(slot.seq, len(slot.cached))  # a drafter's model reads along, in the prompt's time
         now = time.perf_counter_ns()
         for slot, _ in chunks:

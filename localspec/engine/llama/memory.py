@@ -6,8 +6,9 @@ llama.cpp kept per-token snapshots (`n_rs_seq`, for the architectures it support
 tokens, once (the pass writes a snapshot per token; a rollback restores one and spends them). A hybrid model's cache
 is both, and follows the stricter. A sliding-window cache (Gemma, GPT-OSS) keeps only the window's cells in its
 window layers (llama.cpp's small cache, swa_full off): its newest cells drop exactly, but a prefix far behind the
-newest token may have lost the cells its next token must see. Where a sequence cannot drop what was asked, it drops
-everything: the caller then reads its tokens again, which is slower but never wrong.
+newest token may have lost the cells its next token must see. Where a sequence cannot drop what was asked, it goes
+back to the latest checkpoint before that point (a recurrent state saved where a prompt pass ended, as llama-server's
+context checkpoints are), or else drops everything: the caller then reads the rest again, slower but never wrong.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from enum import Enum
 # recurrent target can verify. Each costs one copy of a sequence's recurrent state; 8 covers llama.cpp's default K (3),
 # and auto's choices, which rarely pass 8 where a verify of K+1 tokens is not nearly free.
 RECURRENT_SNAPSHOTS = 8
+# Recurrent states kept per sequence at prompt-pass ends, newest first: the last prompt's end, which a chat's next turn
+# or an editor's next request starts from, and two before it. Each is one copy of the sequence's recurrent state.
+CHECKPOINTS = 3
 
 
 class MemoryKind(Enum):
@@ -42,6 +46,12 @@ def droppable(kind: MemoryKind, snapshots: int, last_pass: int) -> int | None:
     if kind is MemoryKind.ATTENTION:
         return None
     return max(0, min(snapshots, last_pass - 1))
+
+
+def checkpoints_kept(kind: MemoryKind, n_swa: int) -> bool:
+    """Whether prompt-pass ends keep a checkpoint: a recurrent state's, where restoring it alone is enough. A hybrid
+    with a window also needs the window's cells before the checkpoint, which llama.cpp cannot say it still holds."""
+    return kind is not MemoryKind.ATTENTION and n_swa <= 0
 
 
 def window_holds(n_swa: int, pos_min: int, keep: int) -> bool:

@@ -25,7 +25,15 @@ from localspec.engine.grammar import Grammar
 from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
 from localspec.engine.llama.load_abort import LoadAbort
-from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind, draft_limit, droppable, window_holds
+from localspec.engine.llama.memory import (
+    CHECKPOINTS,
+    RECURRENT_SNAPSHOTS,
+    MemoryKind,
+    checkpoints_kept,
+    draft_limit,
+    droppable,
+    window_holds,
+)
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
 
@@ -236,6 +244,8 @@ class Model:
         self.cells = SequenceCells.empty(self.n_seq)  # what each sequence's cells hold, kept at every decode, rollback and share
         self.kv_tokens = self.cells.tokens[0]  # sequence 0's: the one-sequence callers' cache (the same list, never replaced)
         self._last_pass = [0] * self.n_seq  # per sequence, the tokens its last pass put in (0 once rolled back): memory.py
+        # per sequence, (position, recurrent state there) saved at prompt-pass ends, oldest first (memory.py)
+        self._checkpoints: list[list[tuple[int, ctypes.Array[ctypes.c_uint8]]]] = [[] for _ in range(self.n_seq)]
 
     @property
     def draft_limit(self) -> int | None:
@@ -325,13 +335,48 @@ class Model:
         if from_pos >= held:
             return held
         can_drop = droppable(self.memory, self.snapshots, self._last_pass[seq])
-        if from_pos > 0 and ((can_drop is not None and held - from_pos > can_drop) or not self._window_holds(seq, from_pos)):
+        if from_pos > 0 and not self._window_holds(seq, from_pos):
             from_pos = 0
+        elif from_pos > 0 and can_drop is not None and held - from_pos > can_drop:
+            from_pos = self._restore_checkpoint(seq, from_pos)
+        del self._checkpoints[seq][sum(1 for pos, _ in self._checkpoints[seq] if pos <= from_pos):]
         if not llama_cpp.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
             raise EngineError(f"llama.cpp could not drop sequence {seq}'s cells of {self.path.name} from position {from_pos}.")
         self.cells.cut(seq, from_pos)
         self._last_pass[seq] = 0  # a recurrent rollback spends the pass's snapshots
         return from_pos
+
+    def mark_read(self, seq: int, n: int) -> None:
+        """Sequence `seq`'s first `n` cells, all it holds, were read as prompt in canonical passes (prompt_passes): a
+        later prompt may reuse them. A recurrent state is saved there, so that prompt restores it instead of reading
+        everything again (memory.py)."""
+        self.cells.canonical[seq] = n
+        if checkpoints_kept(self.memory, self.n_swa):
+            flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+            size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, seq, flags)
+            state = (ctypes.c_uint8 * size)()
+            if llama_cpp.llama_state_seq_get_data_ext(self._ctx, state, size, seq, flags) == size:
+                kept = self._checkpoints[seq]
+                kept.append((n, state))
+                del kept[:-CHECKPOINTS]
+
+    def reusable_prefix(self, seq: int, shared: int, n_prompt: int) -> int:
+        """How many of the `shared` leading tokens sequence `seq` holds a prompt of `n_prompt` tokens keeps: on an
+        attention cache, prompt_passes's rule (its rows then come out as a fresh read's); on a recurrent state, the
+        latest checkpoint among them. A recurrent state is one sum over every token before it, so the rest read from
+        a checkpoint can round otherwise than a fresh read, as a verify pass can: at near-ties only."""
+        if not checkpoints_kept(self.memory, self.n_swa):
+            return prompt_passes.reusable_prefix(shared, self.cells.canonical[seq], n_prompt)
+        return max((pos for pos, _ in self._checkpoints[seq] if pos <= min(shared, n_prompt - 1)), default=0)
+
+    def _restore_checkpoint(self, seq: int, at: int) -> int:
+        """Put back the latest recurrent state saved at or before position `at`; its position (0: none to restore)."""
+        for pos, state in reversed(self._checkpoints[seq]):
+            if pos <= at:
+                restored = llama_cpp.llama_state_seq_set_data_ext(self._ctx, state, len(state), seq,
+                                                                 llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+                return pos if restored == len(state) else 0
+        return 0
 
     def lendable(self, source: int, n: int) -> int:
         """How many of sequence `source`'s first `n` tokens another sequence can take (share_cells): a recurrent state is
@@ -407,7 +452,7 @@ class Model:
 
     def prefill(self, tokens: Sequence[int]) -> int:
         """Make the cache hold exactly `tokens`, read as a prompt (prompt_passes); how many cached cells were reused."""
-        keep = prompt_passes.reusable_prefix(common_prefix(list(tokens), self.kv_tokens), self.canonical_n, len(tokens))
+        keep = self.reusable_prefix(0, common_prefix(list(tokens), self.kv_tokens), len(tokens))
         keep = self.forget(0, keep)
         self._read(tokens, keep)
         return keep
@@ -419,5 +464,5 @@ class Model:
             stop = prompt_passes.next_pass_end(begin, len(tokens), self.n_batch)
             self.decode(tokens[begin:stop], outputs=0)
             if self.canonical_n == begin and prompt_passes.is_canonical(begin, stop, len(tokens)):
-                self.cells.canonical[0] = stop
+                self.mark_read(0, stop)
             begin = stop
