@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from localspec.machine.memory_plan import read_footprint
 from tests import arch_models
 from tests.batch_runs import run_batch
 from tests.conftest import cli, run
+from tests.live_server import live_server
 from tests.lossless import assert_lossless
 
 HYBRIDS = ("qwen35", "lfm2", "nemotron_h")
@@ -153,3 +155,34 @@ def test_a_window_model_reuses_a_prefix_only_where_the_window_still_holds_it(arc
         assert again.tokens == fresh["sharing"].tokens and again.finished.stats.cache_n >= 700
         moved = run(engine.decoder("model"), departing, CONFIG)
         assert moved.tokens == fresh["departing"].tokens and moved.finished.stats.cache_n == 0
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "gemma3"])
+def test_through_the_server_shared_prefixes_and_a_cancelled_answer_leave_each_answer_a_fresh_read(archs, arch, tmp_path):
+    """A prompt that shares most of the cache, and one that departs from it more than a window back after an answer
+    was cancelled midway: each answers as `generate` does, fresh."""
+    words = "the theater of trees and the river " * 130
+    sharing, departing = words[: len(words) * 9 // 10] + " a new end", words[:300] + " elsewhere entirely" * 20
+
+    def fresh(prompt: str) -> str:
+        result = cli("generate", "--raw", "--target", str(archs[arch]), "--no-draft", "--ctx-size", "2048", "--prompt", prompt,
+                     "--max-tokens", "24", "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["text"]
+
+    expected = {prompt: fresh(prompt) for prompt in (sharing, departing)}
+    with live_server(tmp_path, "--target", str(archs[arch]), "--draft", str(archs["llama"]), "--ctx-size", "2048",
+                     "--parallel", "1") as server:
+        def complete(prompt: str, **fields: object) -> dict:
+            status, body = server.request("POST", "/completion", {"prompt": prompt, "n_predict": 24, "temperature": 0, **fields})
+            assert status == 200, body
+            return body
+
+        complete(words)
+        answer = complete(sharing)
+        assert answer["content"] == expected[sharing] and answer["timings"]["cache_n"] > 0
+        request = urllib.request.Request(server.url + "/completion", method="POST", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"prompt": words + " and so", "n_predict": 400, "stream": True}).encode())
+        with urllib.request.urlopen(request, timeout=60) as stream:
+            assert stream.readline().startswith(b"data: ")
+        assert complete(departing)["content"] == expected[departing]
