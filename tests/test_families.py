@@ -23,12 +23,15 @@ from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind
+from localspec.engine.sampling import SamplingParams
 from localspec.machine.memory_plan import read_footprint
 from tests import arch_models
 from tests.batch_runs import run_batch
 from tests.conftest import cli, run
+from tests.goodness_of_fit import fit_p_value
 from tests.live_server import live_server
 from tests.lossless import assert_lossless
+from tests.test_sampling_distribution import N_SEEDS, SAMPLING, SIGNIFICANCE, exact_joint, sample_with_drafts
 
 HYBRIDS = ("qwen35", "lfm2", "nemotron_h")
 FAMILIES = {"qwen35": MemoryKind.SNAPSHOTS, "lfm2": MemoryKind.SNAPSHOTS, "nemotron_h": MemoryKind.SNAPSHOTS,
@@ -186,3 +189,14 @@ def test_through_the_server_shared_prefixes_and_a_cancelled_answer_leave_each_an
         with urllib.request.urlopen(request, timeout=60) as stream:
             assert stream.readline().startswith(b"data: ")
         assert complete(departing)["content"] == expected[departing]
+
+
+def test_speculative_sampling_on_a_hybrid_target_keeps_its_distribution(archs):
+    """At T > 0 the draft model's tokens are judged by speculative sampling and the rejected ones rolled back from the
+    recurrent snapshots: the first tokens' joint distribution is the target's own (chi-square, as for attention)."""
+    with Engine(EngineConfig(archs["qwen35"], archs["llama"], n_ctx=512)) as engine:
+        prompt = raw_prompt_tokens(engine.target, "tell me something")
+        expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
+        samples, drafted = sample_with_drafts(engine.decoder("model"), prompt, "speculative", draft_max=3)
+        assert drafted > N_SEEDS
+        assert fit_p_value(samples, expected) > SIGNIFICANCE
