@@ -9,6 +9,7 @@ equal it; several slots' shared passes and drafters' verify passes round differe
 near-ties only.
 
 Run: .venv/bin/python -m tests.tools.serve_repeat --target T.gguf [--draft D.gguf --drafter auto] [--parallel 4] [--tokens 64]
+     [--only ID,...]
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def main() -> int:
     parser.add_argument("--drafter", default="none")
     parser.add_argument("--parallel", default="1")
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--only", help="comma-separated prompt ids (default: every bundled prompt)")
     args = parser.parse_args()
-    prompts = load_prompts(None)
+    prompts = [p for p in load_prompts(None) if not args.only or p.id in args.only.split(",")]
     expected = {p.id: reference(args.target, p.system, p.prompt, args.tokens) for p in prompts}
     gaps = plain_gaps(args.target, prompts, args.tokens)
     for prompt in prompts:
