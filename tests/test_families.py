@@ -24,6 +24,7 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind
 from localspec.engine.sampling import SamplingParams
+from localspec.gguf.memory_kind import memory_kind
 from localspec.machine.memory_plan import read_footprint
 from tests import arch_models
 from tests.batch_runs import run_batch
@@ -200,3 +201,12 @@ def test_speculative_sampling_on_a_hybrid_target_keeps_its_distribution(archs):
         samples, drafted = sample_with_drafts(engine.decoder("model"), prompt, "speculative", draft_max=3)
         assert drafted > N_SEEDS
         assert fit_p_value(samples, expected) > SIGNIFICANCE
+
+
+def test_check_names_a_recurrent_targets_memory_from_its_header_as_llama_cpp_does_on_load(archs):
+    """The header-only word (gguf/memory_kind.py, a copy of llama.cpp's lists) agrees with the loaded model's."""
+    for arch, path in archs.items():
+        with Engine(EngineConfig(path, n_ctx=256)) as engine:
+            assert memory_kind(arch) is engine.target.memory, arch
+    result = cli("check", "--target", str(archs["mamba"]), "--draft", str(archs["llama"]))
+    assert result.returncode == 0 and "cannot roll back rejected tokens" in result.stdout and "plain decoding" in result.stdout

@@ -25,6 +25,7 @@ from localspec.catalog.pair_files import (
 from localspec.cli.confirm import confirmed
 from localspec.cli.progress_bar import ProgressBar
 from localspec.errors import UsageError
+from localspec.gguf.memory_kind import memory_kind
 from localspec.gguf.split import split_parts
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
@@ -137,6 +138,9 @@ def _print_check(result: PairCheck) -> None:
         t = result.target.summary
         print(f"compatible: the draft shares the target's {t.vocab_type} vocabulary "
               f"({result.draft.summary.n_vocab} and {t.n_vocab} tokens, identical text from id 5).")
+        reason = memory_kind(t.architecture).reason
+        if reason:
+            print(f"note: the target ({t.architecture}) is a recurrent or hybrid model: {reason}.")
     else:
         print(f"incompatible: {result.problem}", file=sys.stderr)
 

@@ -55,8 +55,11 @@ def plain_gaps(target: Path, prompts: list[BenchPrompt], tokens: int) -> dict[st
 
 
 def gap_at(ends: list[tuple[int, float]], at: int) -> float | None:
-    """The top-2 gap of the token whose text holds character `at` (None: past the plain run's end)."""
-    return next((gap for end, gap in ends if end > at), None)
+    """The smaller top-2 gap of the token whose text holds character `at` and the one before it (None: past the plain
+    run's end). The texts part at `at`, but the tokens may have parted one token earlier with the same first
+    characters (" hash" against " hashes"): the choice was made there."""
+    index = next((i for i, (end, _) in enumerate(ends) if end > at), None)
+    return None if index is None else min(gap for _, gap in ends[max(0, index - 1) : index + 1])
 
 
 def departure(a: str, b: str) -> int | None:
