@@ -10,6 +10,7 @@ window model keeps the small window cache, and a prefix is reused only where the
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.request
 from dataclasses import replace
@@ -210,3 +211,17 @@ def test_check_names_a_recurrent_targets_memory_from_its_header_as_llama_cpp_doe
             assert memory_kind(arch) is engine.target.memory, arch
     result = cli("check", "--target", str(archs["mamba"]), "--draft", str(archs["llama"]))
     assert result.returncode == 0 and "cannot roll back rejected tokens" in result.stdout and "plain decoding" in result.stdout
+
+
+def test_doctor_says_a_downloaded_recurrent_target_drafts_nothing_and_why(archs, tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    catalog = tmp_path / "config" / "localspec" / "models.toml"
+    catalog.parent.mkdir(parents=True)
+    catalog.write_text(f'[[pair]]\nid = "mamba-tiny"\ntitle = "Mamba"\n[pair.target]\npath = "{archs["mamba"]}"\n'
+                       f'[pair.draft]\npath = "{archs["llama"]}"\n')
+    result = cli("doctor", env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.strip().startswith("mamba-tiny"))
+    assert "the target is recurrent: its recurrent state cannot roll back rejected tokens" in row
