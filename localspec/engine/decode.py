@@ -1,7 +1,7 @@
 """One sequence's generations with one drafter: the batch scheduler with one slot.
 
 There is one decode loop (engine/batch/scheduler.py); a Decoder runs it with a
-single slot (its step: batch/solo.py), on sequence 0 of the target's cache, so
+single slot, on sequence 0 of the target's cache (its second holds a tree's fork), so
 what one generation leaves there (its prompt and answer) is the next one's
 prompt cache. Plain decoding is the same loop with a
 drafter that proposes nothing, so the baseline and speculation share every line

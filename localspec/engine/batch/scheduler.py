@@ -8,8 +8,9 @@ leaves, a chunk of each new prompt; each slot is verified and rolled back on
 its own sequence, and its drafter hears what it settled. A request that arrives
 joins at the next step, and its prompt never stalls the others for more than a
 step. The pass that reads a prompt's last token judges its first answer token:
-it waits for no draft. A scheduler's lone slot (every Decoder's) takes
-solo.py's step once its first token is out.
+it waits for no draft. One step body serves one slot or many; a lone slot
+(every Decoder's) may also verify a tree's two branches in one pass, its fork
+on the target's second sequence, which no other slot then holds.
 
 Each slot may use 1/N of the context (n_ctx over the slots), so no slot can take
 the cells another needs; a finished slot keeps its cells as a prompt cache (a
@@ -30,7 +31,6 @@ from localspec.engine.answer import closing_events, emitted_tokens, first_token,
 from localspec.engine.batch import prompt_cache
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
-from localspec.engine.batch.solo import solo_step
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Ask, Draft, Drafter
@@ -125,8 +125,7 @@ class BatchScheduler:
     def step(self) -> None:
         """Advance every busy slot by one pass. A failed pass ends every request in it with the error."""
         try:
-            if len(self.slots) > 1 or not self._solo_step(self.slots[0]):
-                self._step()
+            self._step()
         except EngineError as exc:
             self.abort(exc)
 
@@ -147,12 +146,20 @@ class BatchScheduler:
                 prompt = slot.job.prompt
                 self._finish(slot, StopReason.CANCELLED)
                 self._keep_prompt_only(slot, prompt)  # a client that left takes its answer's cells with it, at once
-        generating = [slot for slot in self.slots if slot.busy and not slot.prefilling and self._may_generate(slot)]
-        reading = sorted((slot for slot in self.slots if slot.prefilling), key=lambda slot: slot.job.arrival)
+        generating: list[Slot] = []
+        reading: list[Slot] = []
+        for slot in self.slots:
+            if slot.generation is not None:
+                if slot.prefilling:
+                    reading.append(slot)
+                elif self._may_generate(slot):
+                    generating.append(slot)
+        reading.sort(key=lambda slot: slot.job.arrival)
         if not generating and not reading:
             return
         step_start = time.perf_counter_ns()
-        models = self._models()
+        shared = len(self.slots) > 1  # several slots bill each pass's llama time to its slots (one: over its answer)
+        models = self._models() if shared else []
         ns_before = _decode_ns(models)
 
         steps = self._drafts(generating)
@@ -161,24 +168,37 @@ class BatchScheduler:
         for step in steps:
             step.pos0 = len(step.slot.cached)
             entries += [(token, step.pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
-        n_verify = len(entries)
+        n_verify = len(entries) + (steps[0].draft.n_tokens - len(steps[0].draft.tokens) if steps else 0)  # a fork's tokens too
         chunks = self._chunks(reading, n_verify, (draft_end - step_start) / 1e6 if steps else None)
         starts = [len(slot.cached) for slot, _ in chunks]
         for (slot, chunk), start in zip(chunks, starts):
             ends = start + len(chunk) == len(slot.job.prompt)  # the prompt's last token: its row judges the first
             entries += [(token, start + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
-        rows = self.target.decode_sequences(entries)  # the cells' record (Model.cells) takes every token in
+        fork = steps[0].draft.fork if steps else None
+        if fork is None:
+            rows = self.target.decode_sequences(entries)  # the cells' record (Model.cells) takes every token in
+        else:  # a lone slot's tree: both branches in one pass (_drafts kept the fork only there)
+            tokens = [steps[0].slot.last, *steps[0].draft.tokens]
+            rows = self.target.decode_tree(tokens[: fork.at + 1], tokens[fork.at + 1 :], fork.tokens)
         target_end = time.perf_counter_ns()
-        if len(self.slots) > 1:  # a lone slot's llama time is taken over its whole answer (_llama_ns)
+        if shared:
             spent = _decode_ns(models) - ns_before  # the drafts' passes and this one, counted before a slot can finish
             for step in steps:
                 step.slot.job.llama_ns += spent
 
         offset = 0
+        settled = []
         for step in steps:
-            n = len(step.draft.tokens) + 1
-            self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6, (target_end - draft_end) / 1e6)
+            n = step.draft.n_tokens + 1
+            settled.append((step.slot, self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6,
+                                                    (target_end - draft_end) / 1e6)))
             offset += n
+        if steps and not chunks:  # the pass verified drafts alone: what it cost teaches the drafters that price steps,
+            outside_ms = (time.perf_counter_ns() - step_start - (target_end - draft_end)) / 1e6  # before an answer ends
+            for drafter in {id(step.drafter): step.drafter for step in steps}.values():  # (and its drafter keeps them)
+                drafter.observe_step(n_verify, (target_end - draft_end) / 1e6, outside_ms)
+        for slot, (events, reason) in settled:
+            self._emit(slot, events, reason)
         for (slot, chunk), start in zip(chunks, starts):
             if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk),
                                                                                                           len(slot.job.prompt)):
@@ -193,16 +213,20 @@ class BatchScheduler:
                     slot.job.llama_ns = -_decode_ns(self._models())
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
-        if steps and not chunks:  # the pass verified drafts alone: what it cost teaches the drafters that price steps
-            outside_ms = (time.perf_counter_ns() - step_start - (target_end - draft_end)) / 1e6
-            for drafter in {id(step.drafter): step.drafter for step in steps}.values():
-                drafter.observe_step(n_verify, (target_end - draft_end) / 1e6, outside_ms)
 
     def _drafts(self, generating: list[Slot]) -> list[_Step]:
-        """Each slot's draft: every drafter proposes for all its slots at once (a draft model in one batched drafting)."""
+        """Each slot's draft: every drafter proposes for all its slots at once (a draft model in one batched drafting). A
+        tree's fork takes the target's second sequence: only a lone slot's keeps it, where its cells have room for it."""
         k_limit = self.target.n_batch // max(1, len(generating)) - 1  # every slot's [last, draft] fits one pass
         if self.target.draft_limit is not None:  # and its rejected tokens can drop (llama/memory.py)
             k_limit = min(k_limit, self.target.draft_limit)
+        if len(generating) == 1:  # every one-sequence answer: no grouping to do
+            slot = generating[0]
+            drafter = slot.job.request.drafter
+            [draft] = drafter.propose([self._ask(slot, k_limit)])
+            if draft.fork is not None and not self._forks(slot, draft.n_tokens):
+                draft.fork = None
+            return [_Step(slot, drafter, draft)]
         groups: dict[int, tuple[Drafter, list[Slot]]] = {}
         for slot in generating:
             drafter = slot.job.request.drafter
@@ -210,9 +234,16 @@ class BatchScheduler:
         drafts: dict[int, Draft] = {}
         for drafter, slots in groups.values():
             for slot, draft in zip(slots, drafter.propose([self._ask(slot, k_limit) for slot in slots])):
-                draft.fork = None  # a tree's fork takes a sequence of its own, which a lone slot's step gives (solo.py)
+                if draft.fork is not None and not self._forks(slot, draft.n_tokens):
+                    draft.fork = None  # the main chain goes alone; the drafter drops the fork's speculation in accept()
                 drafts[slot.seq] = draft
         return [_Step(slot, slot.job.request.drafter, drafts[slot.seq]) for slot in generating]
+
+    def _forks(self, slot: Slot, n_tokens: int) -> bool:
+        """Whether a tree's `n_tokens` (both branches) may go in this step's pass: the slot is the scheduler's only one,
+        the target holds a second sequence of an attention cache, and the slot's cells have room for both."""
+        return (len(self.slots) == 1 and self.target.n_seq > 1 and self.target.forks
+                and n_tokens <= self.share - len(slot.cached) - 1)
 
     def _ask(self, slot: Slot, k_limit: int) -> Ask:
         generation = slot.job
@@ -225,6 +256,8 @@ class BatchScheduler:
         (prefill.py), in arrival order; alone, a prompt's next pass as prompt_passes cuts it, so its cells come out as a
         fresh read's."""
         chunks: list[tuple[Slot, Sequence[int]]] = []
+        if not reading:
+            return chunks
         if draft_ms is not None:
             budget = prefill_budget(self.costs, n_verify, draft_ms + self.costs.verify(n_verify), self.target.n_batch)
             for slot in reading:
@@ -237,24 +270,6 @@ class BatchScheduler:
             slot, prompt = reading[0], reading[0].job.prompt
             chunks.append((slot, prompt[len(slot.cached) : prompt_passes.next_pass_end(len(slot.cached), len(prompt), self.target.n_batch)]))
         return chunks
-
-    def _solo_step(self, slot: Slot) -> bool:
-        """A lone slot past its first token: its step (solo.py) without the batch's bookkeeping, which would add to the
-        time per pass outside llama.cpp. False where the general path must act instead: nothing to generate, the
-        request cancelled, or its context full."""
-        generation = slot.generation
-        if generation is None or slot.last < 0 or generation.request.cancel.is_set():
-            return False
-        room = self.share - len(self.target.kv_tokens) - 1  # a lone slot is sequence 0
-        if room < 0:
-            return False
-        events, reason = solo_step(self.target, slot, generation, room)
-        emit = generation.request.emit  # _emit's work, without its lookups: this runs between every two passes
-        for event in events:
-            emit(event)
-        if reason is not None:
-            self._finish(slot, reason)
-        return True
 
     def _first_token(self, slot: Slot, row: np.ndarray) -> None:
         """Judge and emit the answer's first token on the row of the prompt's last token (n_predict 0: none)."""
@@ -285,23 +300,28 @@ class BatchScheduler:
             return False
         return True
 
-    def _settle(self, step: _Step, rows: np.ndarray, draft_ms: float, verify_ms: float) -> None:
-        """Verify one slot's draft on its rows, roll its sequence back past the rejection, emit its tokens."""
+    def _settle(self, step: _Step, rows: np.ndarray, draft_ms: float, verify_ms: float) -> tuple[list[TokenEvent], StopReason | None]:
+        """Verify one slot's draft on its rows and roll its sequence back past the rejection: the tokens to emit, and
+        whether the answer ends."""
         slot, draft = step.slot, step.draft
         generation = slot.job
         config, stats, drafter = generation.request.config, generation.stats, generation.request.drafter
         verdict = judge(draft, rows, config, generation.rng)
         drafter.observe_target(slot.seq, rows[0])  # before anything decodes again: rows is llama.cpp's buffer
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
+        if draft.fork is not None:  # the branch the verdict took stays in the slot's sequence; the other goes
+            self.target.settle_tree(step.pos0 + 1 + draft.fork.at, verdict.n_accepted - draft.fork.at if verdict.branch == 1 else None)
+            stats.n_forks += 1
+            stats.n_fork_accepted += verdict.branch
         keep = step.pos0 + 1 + verdict.n_accepted
         if self.target.forget(slot.seq, keep) != keep:  # the pass put [last, *draft] in: the rejected draft tokens go
             raise EngineError(f"{self.target.path.name} could not roll back a draft of {len(draft.tokens)} tokens")
         slot.last = verdict.token
-        stats.record_step(len(draft.tokens), verdict.n_accepted, draft_ms, verify_ms, verify_ms, len(draft.tokens))
+        stats.record_step(draft.n_tokens, verdict.n_accepted, draft_ms, verify_ms, verify_ms, draft.depth)
         if draft.choice is not None:
             stats.record_decision(draft.choice.label, draft.choice.predicted, draft_ms)
         drafter.accept(slot.seq, [*verdict.accepted, verdict.token])
-        self._emit(slot, *emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config))
+        return emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
 
     def release(self, slot: Slot) -> None:
         """Let go of a slot's request with no more events (its caller stopped listening); its cells stay, as a cache."""

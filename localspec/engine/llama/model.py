@@ -158,6 +158,7 @@ class Model:
         self.snapshots: int = llama_cpp.llama_n_rs_seq(self._ctx)
         self.n_swa: int = llama_cpp.llama_model_n_swa(self._model)
         self.memory = MemoryKind.ATTENTION if not recurrent else MemoryKind.SNAPSHOTS if self.snapshots else MemoryKind.RECURRENT
+        self.draft_limit = draft_limit(self.memory, self.snapshots)  # the most draft tokens a verify pass may hold (None: any)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
         self._empty_cells()
         self._view_key: tuple[int, int] | None = None  # the logits view's (buffer address, rows): a new context, a new buffer
@@ -246,11 +247,6 @@ class Model:
         self._last_pass = [0] * self.n_seq  # per sequence, the tokens its last pass put in (0 once rolled back): memory.py
         # per sequence, (position, recurrent state there) saved at prompt-pass ends, oldest first (memory.py)
         self._checkpoints: list[list[tuple[int, ctypes.Array[ctypes.c_uint8]]]] = [[] for _ in range(self.n_seq)]
-
-    @property
-    def draft_limit(self) -> int | None:
-        """The most draft tokens a verify pass of this model may hold (None: no limit), as its memory can drop them."""
-        return draft_limit(self.memory, self.snapshots)
 
     @property
     def forks(self) -> bool:
