@@ -16,11 +16,11 @@ from __future__ import annotations
 from enum import Enum
 
 # Per-token snapshots of the recurrent state a context keeps per sequence (llama.cpp's n_rs_seq): the longest draft a
-# recurrent target can verify. Each costs one copy of a sequence's recurrent state; 8 covers llama.cpp's default K (3),
-# and auto's choices, which rarely pass 8 where a verify of K+1 tokens is not nearly free.
+# recurrent target can verify. Each costs one copy of a sequence's recurrent state; 8 is over twice llama.cpp's default
+# K (3), and a larger K is capped here, as every front door says at load (Engine.drafting_note).
 RECURRENT_SNAPSHOTS = 8
-# Recurrent states kept per sequence at prompt-pass ends, newest first: the last prompt's end, which a chat's next turn
-# or an editor's next request starts from, and two before it. Each is one copy of the sequence's recurrent state.
+# Recurrent states kept per sequence at prompt-pass ends: the last prompt's end, which a chat's next turn or an editor's
+# next request starts from, and the two before it. Each is one copy of the sequence's recurrent state.
 CHECKPOINTS = 3
 
 
