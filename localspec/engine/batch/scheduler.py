@@ -193,9 +193,11 @@ class BatchScheduler:
             settled.append((step.slot, self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6,
                                                     (target_end - draft_end) / 1e6)))
             offset += n
-        if steps and not chunks:  # the pass verified drafts alone: what it cost teaches the drafters that price steps,
-            outside_ms = (time.perf_counter_ns() - step_start - (target_end - draft_end)) / 1e6  # before an answer ends
-            for drafter in {id(step.drafter): step.drafter for step in steps}.values():  # (and its drafter keeps them)
+        # A pass that verified drafts alone teaches the drafters that price steps what it cost; before any answer ends
+        # (its events come last), since a drafter keeps what it learned when its answer ends.
+        if steps and not chunks:
+            outside_ms = (time.perf_counter_ns() - step_start - (target_end - draft_end)) / 1e6
+            for drafter in {id(step.drafter): step.drafter for step in steps}.values():
                 drafter.observe_step(n_verify, (target_end - draft_end) / 1e6, outside_ms)
         for slot, (events, reason) in settled:
             self._emit(slot, events, reason)
