@@ -26,6 +26,7 @@ from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind
 from localspec.engine.sampling import SamplingParams
 from localspec.gguf.memory_kind import memory_kind
+from localspec.hub.config import HubConfig
 from localspec.machine.memory_plan import read_footprint
 from tests import arch_models
 from tests.batch_runs import run_batch
@@ -33,6 +34,7 @@ from tests.conftest import cli, run
 from tests.goodness_of_fit import fit_p_value
 from tests.live_server import live_server
 from tests.lossless import assert_lossless
+from tests.test_app import Setup, local_pair, run_async, wait_for
 from tests.test_sampling_distribution import N_SEEDS, SAMPLING, SIGNIFICANCE, exact_joint, sample_with_drafts
 
 HYBRIDS = ("qwen35", "lfm2", "nemotron_h")
@@ -113,7 +115,7 @@ def test_a_recurrent_target_restores_a_checkpoint_for_a_prompt_that_shares_its_c
         assert moved.tokens == fresh["departing"].tokens and moved.finished.stats.cache_n == 0
 
 
-def test_a_recurrent_target_without_snapshots_answers_plainly_and_says_why(archs):
+def test_a_recurrent_target_without_snapshots_answers_plainly_and_says_why(archs, tmp_path):
     with Engine(EngineConfig(archs["mamba"], archs["llama"], n_ctx=1024)) as engine:
         assert engine.target.memory is MemoryKind.RECURRENT and engine.target.draft_limit == 0
         prompt = raw_prompt_tokens(engine.target, PROMPTS[0])
@@ -121,6 +123,10 @@ def test_a_recurrent_target_without_snapshots_answers_plainly_and_says_why(archs
         for name in DRAFTERS:
             answer = run(engine.decoder(name), prompt, CONFIG)
             assert answer.tokens == plain.tokens and answer.finished.stats.draft_n == 0
+    with live_server(tmp_path, "--target", str(archs["mamba"]), "--draft", str(archs["llama"]), "--parallel", "1") as server:
+        props = server.request("GET", "/props")[1]["localspec"]
+        assert props["memory"] == "recurrent" and "cannot roll back rejected tokens" in props["drafting_note"]
+        assert "localspec serve: note: mamba" in server.log_text()
     result = cli("generate", "--raw", "--target", str(archs["mamba"]), "--draft", str(archs["llama"]), "--drafter", "model",
                  "--prompt", PROMPTS[0], "--max-tokens", "12", "--json")
     assert result.returncode == 0, result.stderr
@@ -225,3 +231,13 @@ def test_doctor_says_a_downloaded_recurrent_target_drafts_nothing_and_why(archs,
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.strip().startswith("mamba-tiny"))
     assert "the target is recurrent: its recurrent state cannot roll back rejected tokens" in row
+
+
+@run_async
+async def test_the_app_says_why_a_recurrent_target_answers_plainly(archs, tmp_path):
+    setup = Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
+    setup.write(local_pair("mamba", archs["mamba"], archs["llama"]), last_pair="mamba", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        assert any("Drafting: mamba" in n.message and "plain decoding" in n.message for n in app._notifications)
