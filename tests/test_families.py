@@ -161,7 +161,7 @@ def test_a_window_model_reuses_a_prefix_only_where_the_window_still_holds_it(arc
             fresh[name] = run(engine.plain, prompt, CONFIG)
         engine.target.forget(0)
         run(engine.decoder("model"), first, CONFIG)
-        assert engine.target.oldest_cell(0) > 100  # the window cells the departing prompt would keep are gone
+        assert engine.target.sequences.oldest_cell(0) > 100  # the window cells the departing prompt would keep are gone
         again = run(engine.decoder("model"), sharing, CONFIG)
         assert again.tokens == fresh["sharing"].tokens and again.finished.stats.cache_n >= 700
         moved = run(engine.decoder("model"), departing, CONFIG)

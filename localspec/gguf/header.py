@@ -17,7 +17,7 @@ from typing import Any
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localspec.engine.errors import ModelLoadError
-from localspec.engine.llama.model import check_gguf_file
+from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.engine.pair_check import VOCAB_TYPES
 from localspec.units import format_bytes
 

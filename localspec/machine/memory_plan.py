@@ -25,7 +25,8 @@ from typing import Any
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localspec.engine.drafters.self_draft import default_layers
-from localspec.engine.llama.model import DEFAULT_N_BATCH, check_gguf_file
+from localspec.engine.llama.gguf_file import check_gguf_file
+from localspec.engine.llama.model import DEFAULT_N_BATCH
 from localspec.errors import LocalspecError
 from localspec.gguf import sliding_window
 from localspec.gguf.header import GGUFHeader, read_local_header, tensor_bytes

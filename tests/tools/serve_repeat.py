@@ -70,7 +70,8 @@ def departure(a: str, b: str) -> int | None:
 
 
 def messages(prompt: BenchPrompt) -> list[dict]:
-    return ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [{"role": "user", "content": prompt.prompt}]
+    """The prompt's conversation (the bench's own, BenchPrompt.messages) as a request body holds it."""
+    return [{"role": message.role, "content": message.content} for message in prompt.messages]
 
 
 def main() -> int:

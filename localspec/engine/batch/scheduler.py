@@ -167,8 +167,9 @@ class BatchScheduler:
         entries: list[tuple[int, int, int, bool]] = []
         for step in steps:
             step.pos0 = len(step.slot.cached)
-            entries += [(token, step.pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
-        n_verify = len(entries) + (steps[0].draft.n_tokens - len(steps[0].draft.tokens) if steps else 0)  # a fork's tokens too
+            if step.draft.fork is None:  # a tree's pass is decode_tree's to lay out
+                entries += [(token, step.pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
+        n_verify = sum(step.draft.n_tokens + 1 for step in steps)  # a fork's tokens too
         chunks = self._chunks(reading, n_verify, (draft_end - step_start) / 1e6 if steps else None)
         starts = [len(slot.cached) for slot, _ in chunks]
         for (slot, chunk), start in zip(chunks, starts):
@@ -226,9 +227,7 @@ class BatchScheduler:
             slot = generating[0]
             drafter = slot.job.request.drafter
             [draft] = drafter.propose([self._ask(slot, k_limit)])
-            if draft.fork is not None and not self._forks(slot, draft.n_tokens):
-                draft.fork = None
-            return [_Step(slot, drafter, draft)]
+            return [_Step(slot, drafter, self._fitted(slot, draft))]
         groups: dict[int, tuple[Drafter, list[Slot]]] = {}
         for slot in generating:
             drafter = slot.job.request.drafter
@@ -236,16 +235,17 @@ class BatchScheduler:
         drafts: dict[int, Draft] = {}
         for drafter, slots in groups.values():
             for slot, draft in zip(slots, drafter.propose([self._ask(slot, k_limit) for slot in slots])):
-                if draft.fork is not None and not self._forks(slot, draft.n_tokens):
-                    draft.fork = None  # the main chain goes alone; the drafter drops the fork's speculation in accept()
-                drafts[slot.seq] = draft
+                drafts[slot.seq] = self._fitted(slot, draft)
         return [_Step(slot, slot.job.request.drafter, drafts[slot.seq]) for slot in generating]
 
-    def _forks(self, slot: Slot, n_tokens: int) -> bool:
-        """Whether a tree's `n_tokens` (both branches) may go in this step's pass: the slot is the scheduler's only one,
-        the target holds a second sequence of an attention cache, and the slot's cells have room for both."""
-        return (len(self.slots) == 1 and self.target.n_seq > 1 and self.target.forks
-                and n_tokens <= self.share - len(slot.cached) - 1)
+    def _fitted(self, slot: Slot, draft: Draft) -> Draft:
+        """The draft without its tree's fork unless the fork may go in this step's pass: the slot is the scheduler's only
+        one, the target holds a second sequence of an attention cache, and the slot's cells have room for both branches.
+        Without it the main chain goes alone; the drafter drops the fork's speculation in accept()."""
+        if draft.fork is not None and not (len(self.slots) == 1 and self.target.n_seq > 1 and self.target.forks
+                                           and draft.n_tokens <= self.share - len(slot.cached) - 1):
+            draft.fork = None
+        return draft
 
     def _ask(self, slot: Slot, k_limit: int) -> Ask:
         generation = slot.job

@@ -18,7 +18,7 @@ from pathlib import Path
 import gguf
 
 from localspec.engine.errors import EngineError
-from localspec.engine.llama.model import check_gguf_file
+from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.errors import UsageError
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,20 +25,13 @@ from localspec.engine.errors import EngineError, LoadCancelled, ModelLoadError
 from localspec.engine.grammar import Grammar
 from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
+from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.engine.llama.load_abort import LoadAbort
-from localspec.engine.llama.memory import (
-    CHECKPOINTS,
-    RECURRENT_SNAPSHOTS,
-    MemoryKind,
-    checkpoints_kept,
-    draft_limit,
-    droppable,
-    window_holds,
-)
+from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind, draft_limit
+from localspec.engine.llama.sequence_memory import SequenceMemory
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
 
-GGUF_MAGIC = b"GGUF"
 DEFAULT_N_BATCH = 512
 
 _backend_lock = threading.Lock()
@@ -73,24 +67,6 @@ class ModelConfig:
 
     def resolved_threads(self) -> int:
         return self.n_threads or hardware.physical_core_count()
-
-
-def check_gguf_file(path: Path) -> None:
-    """Fail early, with a useful message, on paths llama.cpp would reject opaquely."""
-    if not path.exists():
-        raise ModelLoadError(f"Model file not found: {path}. Check the path, or download the model first.")
-    if path.is_dir():
-        raise ModelLoadError(f"{path} is a directory, not a GGUF model file. Point to the .gguf file inside it.")
-    if not path.is_file():  # /dev/null, a pipe, a socket
-        raise ModelLoadError(f"{path} is not a regular file (a device, pipe or socket), so it cannot be a GGUF model. Point to a .gguf file.")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != GGUF_MAGIC:
-        raise ModelLoadError(
-            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'). "
-            "localspec runs llama.cpp GGUF models: download a .gguf file, or convert the model "
-            "with llama.cpp's convert_hf_to_gguf.py."
-        )
 
 
 class Model:
@@ -244,9 +220,7 @@ class Model:
     def _empty_cells(self) -> None:
         self.cells = SequenceCells.empty(self.n_seq)  # what each sequence's cells hold, kept at every decode, rollback and share
         self.kv_tokens = self.cells.tokens[0]  # sequence 0's: the one-sequence callers' cache (the same list, never replaced)
-        self._last_pass = [0] * self.n_seq  # per sequence, the tokens its last pass put in (0 once rolled back): memory.py
-        # per sequence, (position, recurrent state there) saved at prompt-pass ends, oldest first (memory.py)
-        self._checkpoints: list[list[tuple[int, ctypes.Array[ctypes.c_uint8]]]] = [[] for _ in range(self.n_seq)]
+        self.sequences = SequenceMemory(self._ctx, self.memory, self.snapshots, self.n_swa, self.n_seq)  # what each may drop
 
     @property
     def forks(self) -> bool:
@@ -269,7 +243,7 @@ class Model:
         pos0 = len(self.kv_tokens)
         rows = self._run_batch([(token, pos0 + i, (0,)) for i, token in enumerate(tokens)], outputs)
         self.kv_tokens.extend(tokens)  # sequence 0's record, in one call (the other passes place entry by entry)
-        self._last_pass[0] = len(tokens)
+        self.sequences.last_pass[0] = len(tokens)
         return rows
 
     def decode_tree(self, shared: Sequence[int], main: Sequence[int], branch: Sequence[int]) -> np.ndarray:
@@ -319,8 +293,8 @@ class Model:
         rows = self._decode_entries(placed, [wants for *_, wants in entries])
         self.cells.placed(placed)
         if self.memory is not MemoryKind.ATTENTION:  # what each sequence may drop next (memory.py)
-            for seq in {seq for _, _, seq, _ in entries}:
-                self._last_pass[seq] = sum(1 for _, _, other, _ in entries if other == seq)
+            for seq, n in Counter(seq for _, _, seq, _ in entries).items():
+                self.sequences.last_pass[seq] = n
         return rows
 
     def forget(self, seq: int, from_pos: int = 0) -> int:
@@ -330,16 +304,11 @@ class Model:
         held = len(self.cells.tokens[seq])
         if from_pos >= held:
             return held
-        can_drop = droppable(self.memory, self.snapshots, self._last_pass[seq])
-        if from_pos > 0 and not self._window_holds(seq, from_pos):
-            from_pos = 0
-        elif from_pos > 0 and can_drop is not None and held - from_pos > can_drop:
-            from_pos = self._restore_checkpoint(seq, from_pos)
-        del self._checkpoints[seq][sum(1 for pos, _ in self._checkpoints[seq] if pos <= from_pos):]
+        from_pos = self.sequences.drop_point(seq, from_pos, held)
         if not llama_cpp.llama_memory_seq_rm(self._memory, seq, from_pos, -1):
             raise EngineError(f"llama.cpp could not drop sequence {seq}'s cells of {self.path.name} from position {from_pos}.")
         self.cells.cut(seq, from_pos)
-        self._last_pass[seq] = 0  # a recurrent rollback spends the pass's snapshots
+        self.sequences.dropped(seq, from_pos)
         return from_pos
 
     def mark_read(self, seq: int, n: int) -> None:
@@ -347,49 +316,16 @@ class Model:
         later prompt may reuse them. A recurrent state is saved there, so that prompt restores it instead of reading
         everything again (memory.py)."""
         self.cells.canonical[seq] = n
-        if checkpoints_kept(self.memory, self.n_swa):
-            flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-            size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, seq, flags)
-            state = (ctypes.c_uint8 * size)()
-            if llama_cpp.llama_state_seq_get_data_ext(self._ctx, state, size, seq, flags) == size:
-                kept = self._checkpoints[seq]
-                kept.append((n, state))
-                del kept[:-CHECKPOINTS]
+        self.sequences.read(seq, n)
 
     def reusable_prefix(self, seq: int, shared: int, n_prompt: int) -> int:
-        """How many of the `shared` leading tokens sequence `seq` holds a prompt of `n_prompt` tokens keeps: on an
-        attention cache, prompt_passes's rule (its rows then come out as a fresh read's); on a recurrent state, the
-        latest checkpoint among them. A recurrent state is one sum over every token before it, so the rest read from
-        a checkpoint can round otherwise than a fresh read, as a verify pass can: at near-ties only."""
-        if not checkpoints_kept(self.memory, self.n_swa):
-            return prompt_passes.reusable_prefix(shared, self.cells.canonical[seq], n_prompt)
-        return max((pos for pos, _ in self._checkpoints[seq] if pos <= min(shared, n_prompt - 1)), default=0)
-
-    def _restore_checkpoint(self, seq: int, at: int) -> int:
-        """Put back the latest recurrent state saved at or before position `at`; its position (0: none to restore)."""
-        for pos, state in reversed(self._checkpoints[seq]):
-            if pos <= at:
-                restored = llama_cpp.llama_state_seq_set_data_ext(self._ctx, state, len(state), seq,
-                                                                 llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
-                return pos if restored == len(state) else 0
-        return 0
+        """How many of the `shared` leading tokens sequence `seq` holds a prompt of `n_prompt` tokens keeps
+        (SequenceMemory.reusable_prefix)."""
+        return self.sequences.reusable_prefix(seq, shared, self.cells.canonical[seq], n_prompt)
 
     def lendable(self, source: int, n: int) -> int:
-        """How many of sequence `source`'s first `n` tokens another sequence can take (share_cells): a recurrent state is
-        the last token's alone, so it cannot be lent by position."""
-        return n if self.memory is MemoryKind.ATTENTION and self._window_holds(source, n) else 0
-
-    def _window_holds(self, seq: int, keep: int) -> bool:
-        """memory.window_holds for this sequence, asked of llama.cpp only where the model has a window. A hybrid's oldest
-        position is its recurrent state's, the newest: its drops are bounded by the snapshots instead, which a window
-        of the last pass's tokens always covers."""
-        if self.n_swa <= 0 or self.memory is not MemoryKind.ATTENTION:
-            return True
-        return window_holds(self.n_swa, self.oldest_cell(seq), keep)
-
-    def oldest_cell(self, seq: int) -> int:
-        """The oldest position sequence `seq` still holds in the cache (-1: none); past a window, older ones went."""
-        return llama_cpp.llama_memory_seq_pos_min(self._memory, seq)
+        """How many of sequence `source`'s first `n` tokens another sequence can take (share_cells)."""
+        return self.sequences.lendable(source, n)
 
     def share_cells(self, source: int, seq: int, n: int) -> None:
         """Sequence `seq` takes sequence `source`'s cells for positions 0..n-1 (one cache's prefix lent to another slot: in a
