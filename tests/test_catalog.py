@@ -13,13 +13,16 @@ from localspec.gguf.split import split_parts
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A pair's target and draft must come from one family, or their tokenizers differ.
-FAMILIES = ("qwen2.5-coder", "qwen2.5", "qwen3", "llama-3", "gemma-3", "deepseek-r1-distill-qwen")
+# A pair's target and draft must come from one family, or their tokenizers differ: each file name's family by its
+# longest matching prefix (Qwen3.5 and 3.6 share one vocabulary, Qwen3 another).
+FAMILIES = {"qwen2.5-coder": "qwen2.5-coder", "qwen2.5": "qwen2.5", "qwen3": "qwen3", "qwen3.5": "qwen3.5", "qwen3.6": "qwen3.5",
+            "llama-3": "llama-3", "gemma-3": "gemma-3", "gemma-4": "gemma-4", "gpt-oss": "gpt-oss",
+            "deepseek-r1-distill-qwen": "deepseek-r1-distill-qwen"}
 
 
 def family(file: str) -> str:
     name = file.lower().removeprefix("meta-")
-    return next(f for f in FAMILIES if name.startswith(f))
+    return FAMILIES[max((prefix for prefix in FAMILIES if name.startswith(prefix)), key=len)]
 
 
 def test_shipped_catalog_is_complete_and_each_pair_is_one_family():
@@ -43,6 +46,8 @@ def test_shipped_catalog_is_complete_and_each_pair_is_one_family():
     ids = set(catalog.pairs)
     assert {"qwen2.5-coder-7b", "qwen2.5-coder-14b", "qwen2.5-coder-32b", "qwen3-8b", "qwen3-14b", "qwen3-32b",
             "llama3.1-8b", "llama3.3-70b", "gemma3-12b", "deepseek-r1-distill-qwen-7b", "deepseek-r1-distill-qwen-14b"} <= ids
+    # and the families of 2026 (issue 58): hybrid dense and MoE Qwen3.6, Gemma 4, GPT-OSS, Qwen3-Coder's MoE
+    assert {"qwen3.6-35b-a3b", "qwen3.6-27b", "gemma4-31b", "gpt-oss-120b", "qwen3-coder-30b-a3b"} <= ids
 
 
 def test_the_default_pair_is_the_real_pair_the_tests_use():

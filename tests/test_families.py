@@ -23,7 +23,7 @@ from localspec.engine.chat import raw_prompt_tokens
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
-from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind
+from localspec.engine.llama.memory import CHECKPOINTS, RECURRENT_SNAPSHOTS, MemoryKind
 from localspec.engine.sampling import SamplingParams
 from localspec.gguf.memory_kind import memory_kind
 from localspec.hub.config import HubConfig
@@ -145,6 +145,33 @@ def test_a_window_model_keeps_the_small_cache_as_the_planner_counts_it(archs):
     sizes = re.findall(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells", paths.llama_log_file().read_text())
     assert [int(cells) for _, cells in sizes[-2:]] == [n_ctx, 768]
     assert round(sum(float(mib) for mib, _ in sizes[-2:]) * 2**20) == planned.kv_bytes
+
+
+@pytest.mark.parametrize("arch", [*HYBRIDS, "mamba"])
+def test_a_recurrent_models_state_and_snapshots_are_planned_as_llama_cpp_allocates_them(archs, arch):
+    """A recurrent block keeps a state per sequence in 1 + snapshots copies, not cells: the planner's memory for the
+    model's blocks is llama.cpp's own account (a line for the attention cells, one for the recurrent states), and its
+    checkpoints are what the engine saves."""
+    n_ctx = 1024
+    planned = read_footprint(archs[arch], n_ctx)
+    assert read_footprint(archs[arch], n_ctx, n_seq=2).checkpoint_bytes == 2 * planned.checkpoint_bytes  # a state per slot
+    result = cli("generate", "--raw", "--target", str(archs[arch]), "--no-draft", "--ctx-size", str(n_ctx),
+                 "--prompt", "hello", "--max-tokens", "2")
+    assert result.returncode == 0, result.stderr
+    log = paths.llama_log_file().read_text()
+    opened = log[log.rindex("llama_context: n_ctx ") :]  # the context the process opened
+    states = [float(mib) for mib in re.findall(r"llama_memory_recurrent: size = +([\d.]+) MiB", opened)]
+    cells = [float(mib) for mib in re.findall(r"llama_kv_cache: size = +([\d.]+) MiB", opened)]
+    assert len(states) == 1 and (arch == "mamba") == (not cells)  # a window model's cells take two lines (full, window)
+    assert abs(sum(states + cells) * 2**20 - planned.kv_bytes) <= 0.005 * 2**20 * len(states + cells)  # the log's 2 decimals
+    with Engine(EngineConfig(archs[arch], n_ctx=n_ctx)) as engine:
+        run(engine.plain, raw_prompt_tokens(engine.target, "the theater of trees " * 60), CONFIG)
+        saved = engine.target.sequences.checkpoint_bytes(0)  # the prompt's one pass ended in a checkpoint
+        windowed = engine.target.n_swa > 0
+    if windowed:  # a hybrid with a window layer (LFM2) keeps none (memory.checkpoints_kept)
+        assert saved == planned.checkpoint_bytes == 0
+    else:
+        assert saved > 0 and abs(planned.checkpoint_bytes - CHECKPOINTS * saved) <= 0.01 * planned.checkpoint_bytes
 
 
 def test_a_window_model_reuses_a_prefix_only_where_the_window_still_holds_it(archs):

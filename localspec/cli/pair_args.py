@@ -46,7 +46,8 @@ def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> 
         raise UsageError("--draft-rpc puts the draft on the --rpc servers: give --rpc HOST:PORT too.")
     return plan_pair_on_devices(args.target, args.draft if with_draft else None, args.ctx_size, args.target_gpu_layers,
                                 args.draft_gpu_layers, getattr(args, "rpc", None), getattr(args, "draft_rpc", False),
-                                with_self_draft=_runs_self_draft(args), self_draft_layers=getattr(args, "self_layers", None))
+                                with_self_draft=_runs_self_draft(args), self_draft_layers=getattr(args, "self_layers", None),
+                                n_seq=getattr(args, "parallel", 1))
 
 
 def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, plan: MemoryPlan | None = None) -> EngineConfig:

@@ -29,6 +29,13 @@ _CHUNK = 1 << 20
 
 
 
+def per_block(value: Any, n_layer: int) -> list[int]:
+    """A hyperparameter per block: some GGUF keys hold one number for every block, some a number per block."""
+    if isinstance(value, list):
+        return [int(v) for v in value[:n_layer]] + [0] * (n_layer - len(value))
+    return [int(value or 0)] * n_layer
+
+
 class _Reader:
     """Buffered, forward-only reads that count every byte fetched."""
 

@@ -19,3 +19,8 @@ def memory_kind(architecture: str) -> MemoryKind:
     if architecture not in _RECURRENT | _HYBRID:
         return MemoryKind.ATTENTION
     return MemoryKind.SNAPSHOTS if architecture in _ROLLS_BACK else MemoryKind.RECURRENT
+
+
+def is_recurrent_architecture(architecture: str) -> bool:
+    """Every block keeps a recurrent state and none attends (Mamba, RWKV); a hybrid's blocks are of both kinds."""
+    return architecture in _RECURRENT

@@ -26,10 +26,12 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localspec.engine.drafters.self_draft import default_layers
 from localspec.engine.llama.gguf_file import check_gguf_file
+from localspec.engine.llama.memory import CHECKPOINTS, RECURRENT_SNAPSHOTS, MemoryKind, checkpoints_kept
 from localspec.engine.llama.model import DEFAULT_N_BATCH
 from localspec.errors import LocalspecError
-from localspec.gguf import sliding_window
-from localspec.gguf.header import GGUFHeader, read_local_header, tensor_bytes
+from localspec.gguf import recurrent_state, sliding_window
+from localspec.gguf.header import GGUFHeader, per_block, read_local_header, tensor_bytes
+from localspec.gguf.memory_kind import memory_kind
 from localspec.gguf.split import split_parts
 from localspec.gguf.summary import ModelSummary
 from localspec.units import format_bytes
@@ -45,13 +47,6 @@ class PairTooBigError(LocalspecError):
     """The pair needs more memory than RAM and VRAM hold together."""
 
 
-def _per_block(value: Any, n_layer: int) -> list[int]:
-    """Some GGUF hyperparameters are one number, some a number per block."""
-    if isinstance(value, list):
-        return [int(v) for v in value[:n_layer]] + [0] * (n_layer - len(value))
-    return [int(value or 0)] * n_layer
-
-
 @dataclass(frozen=True)
 class ModelFootprint:
     """One model's memory, in the pieces llama.cpp places separately, at one context size."""
@@ -64,6 +59,7 @@ class ModelFootprint:
     output_bytes: int  # output norm and head: the first layer llama.cpp offloads
     compute_bytes: int  # llama.cpp's compute buffer; it sits with the output layer
     head_copy_bytes: int = 0  # a head tied to the embedding: on the GPU it needs its own copy; on the CPU it shares the file's
+    checkpoint_bytes: int = 0  # recurrent states saved at prompt-pass ends (llama/checkpoints.py): always in RAM
 
     @property
     def n_layer(self) -> int:
@@ -84,7 +80,7 @@ class ModelFootprint:
 
     @property
     def total_bytes(self) -> int:
-        return self.weight_bytes + self.kv_bytes + self.compute_bytes
+        return self.weight_bytes + self.kv_bytes + self.compute_bytes + self.checkpoint_bytes
 
     def first_blocks(self, n: int) -> ModelFootprint:
         """The self-draft cut from this model: its first n blocks, with the same embedding, output layer and compute buffer."""
@@ -105,12 +101,13 @@ class ModelFootprint:
         """What stays in RAM: the embedding, and everything not on the GPU."""
         first = self._first_block_on_gpu(gpu_layers)
         output = self.output_bytes + self.compute_bytes if gpu_layers <= 0 else 0
-        return self.input_bytes + output + sum(self.block_bytes[:first]) + sum(self.block_kv_bytes[:first])
+        return self.input_bytes + output + sum(self.block_bytes[:first]) + sum(self.block_kv_bytes[:first]) + self.checkpoint_bytes
 
 
 def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = DEFAULT_N_BATCH,
-              cache_type: GGMLQuantizationType = GGMLQuantizationType.F16) -> ModelFootprint:
-    """A model's footprint from its header (and a split set's later parts). F16 is llama.cpp's KV cache type, which the engine keeps."""
+              cache_type: GGMLQuantizationType = GGMLQuantizationType.F16, n_seq: int = 1) -> ModelFootprint:
+    """A model's footprint from its header (and a split set's later parts), holding `n_seq` sequences (one context's
+    cells shared by all of them; a recurrent state each). F16 is llama.cpp's KV cache type, which the engine keeps."""
     first = headers[0]
     tensors = [t for h in headers for t in h.tensors]
     blocks_found = [int(m[1]) for t in tensors if (m := _BLOCK.match(t.name))]
@@ -130,8 +127,8 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     head_copy = sum(tensor_bytes(t) for t in tensors if t.name == "token_embd.weight") if tied else 0
 
     n_embd = int(first.arch_value("embedding_length") or 0)
-    n_head = _per_block(first.arch_value("attention.head_count"), n_layer)
-    n_head_kv = _per_block(first.arch_value("attention.head_count_kv") or first.arch_value("attention.head_count"), n_layer)
+    n_head = per_block(first.arch_value("attention.head_count"), n_layer)
+    n_head_kv = per_block(first.arch_value("attention.head_count_kv") or first.arch_value("attention.head_count"), n_layer)
     head_dim = n_embd // max(n_head) if n_layer and max(n_head) else 0
     key_length = int(first.arch_value("attention.key_length") or head_dim)
     value_length = int(first.arch_value("attention.value_length") or head_dim)
@@ -141,25 +138,35 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     window_cells = sliding_window.window_cells(sliding_window.window(first), n_ctx, n_batch)
     key_swa = int(first.arch_value("attention.key_length_swa") or key_length)
     value_swa = int(first.arch_value("attention.value_length_swa") or value_length)
-    block_kv = [(window_cells * heads * (key_swa + value_swa) if swa else n_ctx * heads * (key_length + value_length))
-                * type_size // block_size for heads, swa in zip(n_head_kv, windowed)]
+    attention = [(window_cells * heads * (key_swa + value_swa) if swa else n_ctx * heads * (key_length + value_length))
+                 * type_size // block_size for heads, swa in zip(n_head_kv, windowed)]
+    # A recurrent block keeps a state per sequence in place of cells, in 1 + snapshots copies (llama/memory.py); a
+    # checkpoint copies a sequence's states into RAM.
+    recurrent = recurrent_state.recurrent_blocks(first, n_layer)
+    kind = memory_kind(first.architecture)
+    state = recurrent_state.state_row_bytes(first) * n_seq
+    copies = 1 + (RECURRENT_SNAPSHOTS if kind is MemoryKind.SNAPSHOTS else 0)
+    block_kv = [(kv if attends else 0) + (state * copies if flag else 0)
+                for kv, attends, flag in zip(attention, recurrent_state.attending_blocks(first, recurrent), recurrent)]
+    kept = CHECKPOINTS if checkpoints_kept(kind, sliding_window.window(first)) else 0
+    checkpoint_bytes = kept * state * sum(recurrent)
 
     # The compute buffer, as llama.cpp reserves it for a full batch: the attention mask (f16, n_ctx per token) and the
     # larger of the head's logits and a block's feed-forward activations. Within 2% of the sizes llama.cpp reports
     # for the Qwen2.5 pair and the test suite's tiny models.
     n_vocab = first.n_vocab or int(first.arch_value("vocab_size") or 0)
-    n_ff = max(_per_block(first.arch_value("feed_forward_length"), n_layer) or [0])
+    n_ff = max(per_block(first.arch_value("feed_forward_length"), n_layer) or [0])
     activations = max(n_vocab + 2 * n_embd, 2 * n_ff + 4 * n_embd)
     compute = n_batch * (2 * n_ctx + 4 * activations)
     return ModelFootprint(label, ModelSummary.from_headers(first).quantization, tuple(block_bytes), tuple(block_kv),
-                          input_bytes, output_bytes, compute, head_copy)
+                          input_bytes, output_bytes, compute, head_copy, checkpoint_bytes)
 
 
-def read_footprint(path: Path, n_ctx: int) -> ModelFootprint:
+def read_footprint(path: Path, n_ctx: int, n_seq: int = 1) -> ModelFootprint:
     """From the local file's header; a split set's first part brings the other parts' tensors."""
     check_gguf_file(path)  # the loader's own messages for a missing file, a directory, or not a GGUF
     parts = [path.parent / Path(name).name for name in split_parts(path.name)]
-    return footprint([read_local_header(part) for part in parts], n_ctx, path.name)
+    return footprint([read_local_header(part) for part in parts], n_ctx, path.name, n_seq=n_seq)
 
 
 @dataclass(frozen=True)
@@ -324,10 +331,11 @@ def plan_memory(target: ModelFootprint, draft: ModelFootprint | None, n_ctx: int
 
 def plan_pair(target: Path, draft: Path | None, n_ctx: int, memory: DeviceMemory,
               target_gpu_layers: int | None = None, draft_gpu_layers: int | None = None,
-              with_self_draft: bool = False, self_draft_layers: int | None = None) -> MemoryPlan:
-    """The plan for two local files, read from their headers only; with the self-draft too where it will run."""
-    target_footprint = read_footprint(target, n_ctx)
-    draft_footprint = read_footprint(draft, n_ctx) if draft is not None else None
+              with_self_draft: bool = False, self_draft_layers: int | None = None, n_seq: int = 1) -> MemoryPlan:
+    """The plan for two local files, read from their headers only, each holding `n_seq` sequences (a server's slots);
+    with the self-draft too where it will run."""
+    target_footprint = read_footprint(target, n_ctx, n_seq)
+    draft_footprint = read_footprint(draft, n_ctx, n_seq) if draft is not None else None
     self_draft = None
     if with_self_draft:
         blocks = self_draft_layers if self_draft_layers is not None else default_layers(target_footprint.n_layer)

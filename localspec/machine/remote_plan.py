@@ -22,7 +22,7 @@ def untrusted_warning(endpoint: str) -> str:
 
 def plan_pair_on_devices(target: Path, draft: Path | None, n_ctx: int, target_gpu_layers: int | None = None,
                          draft_gpu_layers: int | None = None, rpc_servers: str | None = None, draft_rpc: bool = False,
-                         with_self_draft: bool = False, self_draft_layers: int | None = None) -> MemoryPlan:
+                         with_self_draft: bool = False, self_draft_layers: int | None = None, n_seq: int = 1) -> MemoryPlan:
     """plan_pair over this machine's devices and, with `rpc_servers` (HOST:PORT[,...]), those servers' devices, which
     are probed and attached first (an RpcError names a server that cannot be used).
 
@@ -45,5 +45,5 @@ def plan_pair_on_devices(target: Path, draft: Path | None, n_ctx: int, target_gp
         if not draft_devices and draft_gpu_layers is None:
             draft_gpu_layers = 0
     plan = plan_pair(target, draft, n_ctx, device_memory(info), target_gpu_layers, draft_gpu_layers,
-                     with_self_draft=with_self_draft, self_draft_layers=self_draft_layers)
+                     with_self_draft=with_self_draft, self_draft_layers=self_draft_layers, n_seq=n_seq)
     return replace(plan, warnings=(*warnings, *plan.warnings), target_devices=target_devices, draft_devices=draft_devices)

@@ -30,6 +30,10 @@ class Checkpoints:
             kept.append((pos, state))
             del kept[:-CHECKPOINTS]
 
+    def bytes_held(self, seq: int) -> int:
+        """What the sequence's checkpoints take in RAM (the memory planner counts memory.CHECKPOINTS of them)."""
+        return sum(len(state) for _, state in self._kept[seq])
+
     def latest(self, seq: int, at: int) -> int:
         """The position of the latest checkpoint at or before `at` (0: none)."""
         return max((pos for pos, _ in self._kept[seq] if pos <= at), default=0)

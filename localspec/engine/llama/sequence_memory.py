@@ -40,6 +40,9 @@ class SequenceMemory:
         if self._checkpoints:
             self._checkpoints.save(seq, n)
 
+    def checkpoint_bytes(self, seq: int) -> int:
+        return self._checkpoints.bytes_held(seq) if self._checkpoints else 0
+
     def reusable_prefix(self, seq: int, shared: int, canonical: int, n_prompt: int) -> int:
         """How many of the `shared` leading tokens the sequence holds a prompt of `n_prompt` tokens keeps: on an
         attention cache, prompt_passes's rule over its `canonical` cells (its rows then come out as a fresh read's); on
