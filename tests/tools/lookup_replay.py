@@ -72,7 +72,7 @@ def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int], sure
     auto.confidence.observe_probability(sure[0])
     position, spent, steps, rng = 1, 0.0, [], np.random.default_rng(0)
     while position < len(answer):
-        match = auto.ngram.lookup(K_CAP).match_length
+        match = auto.lookups[0].lookup(K_CAP).match_length
         run = auto.propose([Ask(0, K_CAP, 0.0, None, rng)])[0].tokens
         accepted = 0  # the step's last token is always the target's own
         while accepted < len(run) and position + accepted + 1 < len(answer) and run[accepted] == answer[position + accepted]:
@@ -106,7 +106,7 @@ def main() -> None:
     for prompt_id, answer in answers.items():
         ratio, steps = replay(auto, prompts[prompt_id], answer, sure[prompt_id])
         learner = AutoDrafter(costs)
-        learner.lookup_acceptance = KnownRates()
+        learner.planner.lookup_acceptance = KnownRates()
         replay(learner, prompts[prompt_id], answer, sure[prompt_id])
         learner.lookup_acceptance.frozen = True
         known, _ = replay(learner, prompts[prompt_id], answer, sure[prompt_id])

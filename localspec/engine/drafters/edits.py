@@ -63,10 +63,12 @@ class CopyTracker:
         """Up to k tokens of the copy from where the answer is (substitutions applied), and the agreement behind them:
         RESUMED while the answer is inside an edit; ([], 0) when there is no copy to follow. `stop` ends a source run."""
         if self.edit is not None:
+            # A departure from a short match (a coincidence, not a copy), or longer than a rename (the copy may have
+            # ended): no guess; a lookup that agrees will find the copy again.
+            if self.edit.before < REANCHOR:
+                return [], 0
             anchor = self._anchor()
-            if self.edit.before < REANCHOR or len(self.edit.written) - (anchor.agreed if anchor else 0) > SMALL_EDIT:
-                # A departure from a short match (a coincidence, not a copy), or longer than a rename (the copy may have
-                # ended): no guess; a lookup that agrees will find the copy again.
+            if len(self.edit.written) - (anchor.agreed if anchor else 0) > SMALL_EDIT:
                 return [], 0
             start = self.edit.at + anchor.skipped + anchor.agreed if anchor else self.edit.at + 1
             return self._run(start, k, stop), RESUMED
