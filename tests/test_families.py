@@ -92,7 +92,7 @@ def test_a_hybrid_draft_model_that_cannot_drop_its_speculation_reads_again(archs
         assert speculative.finished.stats.draft_n > speculative.finished.stats.draft_n_accepted
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "mamba"])
+@pytest.mark.parametrize("arch", ["qwen35", "lfm2", "mamba"])
 def test_a_recurrent_target_restores_a_checkpoint_for_a_prompt_that_shares_its_cache(archs, arch):
     """A chat's next turn holds the last one's prompt: the state saved where that prompt's reading ended is restored,
     and only the rest is read. A prompt that departs before any checkpoint is read whole. Both answer as fresh."""
@@ -168,8 +168,8 @@ def test_a_recurrent_models_state_and_snapshots_are_planned_as_llama_cpp_allocat
         run(engine.plain, raw_prompt_tokens(engine.target, "the theater of trees " * 60), CONFIG)
         saved = engine.target.sequences.checkpoint_bytes(0)  # the prompt's one pass ended in a checkpoint
         windowed = engine.target.n_swa > 0
-    if windowed:  # a hybrid with a window layer (LFM2) keeps none (memory.checkpoints_kept)
-        assert saved == planned.checkpoint_bytes == 0
+    if windowed:  # a hybrid with a window (LFM2) saves its window's cells too: the plan counts a full window cache's
+        assert 0 < CHECKPOINTS * saved <= planned.checkpoint_bytes
     else:
         assert saved > 0 and abs(planned.checkpoint_bytes - CHECKPOINTS * saved) <= 0.01 * planned.checkpoint_bytes
 

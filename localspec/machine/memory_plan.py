@@ -148,8 +148,9 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     copies = 1 + (RECURRENT_SNAPSHOTS if kind is MemoryKind.SNAPSHOTS else 0)
     block_kv = [(kv if attends else 0) + (state * copies if flag else 0)
                 for kv, attends, flag in zip(attention, recurrent_state.attending_blocks(first, recurrent), recurrent)]
-    kept = CHECKPOINTS if checkpoints_kept(kind, sliding_window.window(first)) else 0
-    checkpoint_bytes = kept * state * sum(recurrent)
+    # A checkpoint of a hybrid with a window holds the sequence's window cells too: at most the window cache's.
+    window_cells_bytes = n_seq * sum(kv for kv, swa, flag in zip(attention, windowed, recurrent) if swa and not flag)
+    checkpoint_bytes = (CHECKPOINTS if checkpoints_kept(kind) else 0) * (state * sum(recurrent) + window_cells_bytes)
 
     # The compute buffer, as llama.cpp reserves it for a full batch: the attention mask (f16, n_ctx per token) and the
     # larger of the head's logits and a block's feed-forward activations. Within 2% of the sizes llama.cpp reports

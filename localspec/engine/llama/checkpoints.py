@@ -1,8 +1,9 @@
 """A recurrent state's checkpoints: the state saved where a prompt pass ended, per sequence, so a later prompt that
 shares those tokens restores it instead of reading them all again (llama-server's context checkpoints).
 
-Only the recurrent part is saved (llama.cpp's PARTIAL_ONLY state): an attention cache drops its own cells exactly.
-Each checkpoint is one copy of a sequence's recurrent state; memory.CHECKPOINTS are kept, oldest first.
+Only the recurrent part is saved, with a window cache's cells where the model has one (llama.cpp's PARTIAL_ONLY state): a
+full attention cache drops its own cells exactly. Each checkpoint is one copy of a sequence's recurrent state (and its
+window's cells); memory.CHECKPOINTS are kept, oldest first.
 """
 
 from __future__ import annotations

@@ -48,10 +48,11 @@ def droppable(kind: MemoryKind, snapshots: int, last_pass: int) -> int | None:
     return max(0, min(snapshots, last_pass - 1))
 
 
-def checkpoints_kept(kind: MemoryKind, n_swa: int) -> bool:
-    """Whether prompt-pass ends keep a checkpoint: a recurrent state's, where restoring it alone is enough. A hybrid
-    with a window also needs the window's cells before the checkpoint, which llama.cpp cannot say it still holds."""
-    return kind is not MemoryKind.ATTENTION and n_swa <= 0
+def checkpoints_kept(kind: MemoryKind) -> bool:
+    """Whether prompt-pass ends keep a checkpoint: a recurrent state's, which cannot drop tokens otherwise. A hybrid with
+    a window (LFM2) saves its window's cells with it (llama.cpp's partial state holds the window cache and the
+    recurrent state), so a restore brings back every cell its next token sees."""
+    return kind is not MemoryKind.ATTENTION
 
 
 def window_holds(n_swa: int, pos_min: int, keep: int) -> bool:

@@ -17,7 +17,7 @@ class SequenceMemory:
         self.kind, self.snapshots, self.n_swa = kind, snapshots, n_swa
         self._memory = llama_cpp.llama_get_memory(ctx)
         self.last_pass = [0] * n_seq  # per sequence, the tokens its last pass put in (0 once rolled back)
-        self._checkpoints = Checkpoints(ctx, n_seq) if checkpoints_kept(kind, n_swa) else None
+        self._checkpoints = Checkpoints(ctx, n_seq) if checkpoints_kept(kind) else None
 
     def drop_point(self, seq: int, from_pos: int, held: int) -> int:
         """Where a sequence holding `held` tokens, asked to drop them from `from_pos` on, can go back to: `from_pos`
