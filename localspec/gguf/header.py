@@ -28,7 +28,6 @@ _STRING, _ARRAY = 8, 9
 _CHUNK = 1 << 20
 
 
-
 def per_block(value: Any, n_layer: int) -> list[int]:
     """A hyperparameter per block: some GGUF keys hold one number for every block, some a number per block."""
     if isinstance(value, list):

@@ -54,12 +54,12 @@ class ModelFootprint:
     label: str
     quantization: str
     block_bytes: tuple[int, ...]  # weights of each repeating block, blk.0 first
-    block_kv_bytes: tuple[int, ...]  # each block's KV cache at n_ctx
+    block_kv_bytes: tuple[int, ...]  # each block's cache at n_ctx: its KV cells, or its recurrent states and their snapshots
     input_bytes: int  # the token embedding (and small unplaced tensors): always on the CPU
     output_bytes: int  # output norm and head: the first layer llama.cpp offloads
     compute_bytes: int  # llama.cpp's compute buffer; it sits with the output layer
     head_copy_bytes: int = 0  # a head tied to the embedding: on the GPU it needs its own copy; on the CPU it shares the file's
-    checkpoint_bytes: int = 0  # recurrent states saved at prompt-pass ends (llama/checkpoints.py): always in RAM
+    checkpoint_bytes: int = 0  # recurrent states (and a window's cells) saved at prompt-pass ends (llama/checkpoints.py): in RAM
 
     @property
     def n_layer(self) -> int:
