@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.engine.drafters.auto.choice import HYBRID, Choice
+from localspec.engine.drafters.auto.choice import Choice, Source
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
@@ -27,7 +27,7 @@ class AlwaysHybridPlanner(Planner):
         for i, options in enumerate(slots):
             usable = min(len(options.lookup.tokens), options.cap - 1)
             if usable >= 1 and self.has_draft_model:
-                choices[i] = Choice(HYBRID, options.cap, 1.0, lookup_k=max(1, usable // 2))
+                choices[i] = Choice(Source.HYBRID, options.cap, 1.0, lookup_k=max(1, usable // 2))
         return choices
 
 

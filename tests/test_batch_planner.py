@@ -5,6 +5,7 @@ from __future__ import annotations
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.auto.planner import PLAIN, Choice, Planner, SlotOptions
 from localspec.engine.drafters.ngram import Lookup
@@ -24,7 +25,7 @@ def planner(verify: dict[int, float], draft_ms: float | None = None) -> Planner:
 
 def test_a_lone_slot_drafts_where_the_pass_has_room():
     [choice] = planner(CHEAP_TO_FOUR).plan([SlotOptions(8, COPY, 1)])
-    assert choice.source == "ngram" and choice.k == 3  # up to the size a pass costs little more for
+    assert choice.source is Source.NGRAM and choice.k == 3  # up to the size a pass costs little more for
 
 
 def test_a_full_batch_stops_drafting():
@@ -35,14 +36,14 @@ def test_a_full_batch_stops_drafting():
 def test_draft_tokens_are_priced_at_the_marginal_cost_of_the_batch():
     """Two slots: the pass of 2 is paid anyway, so drafting fills it up to 4 tokens (not up to 4 per slot)."""
     choices = planner(CHEAP_TO_FOUR).plan([SlotOptions(8, COPY, 1)] * 2)
-    assert sum(choice.k + 1 for choice in choices) == 4 and all(choice.source in ("ngram", "none") for choice in choices)
+    assert sum(choice.k + 1 for choice in choices) == 4 and all(choice.source in (Source.NGRAM, Source.NONE) for choice in choices)
 
 
 def test_slots_draft_together_where_a_pass_is_cheap_only_when_filled():
     """Four slots with a good lookup run each, on a CPU where 7 tokens cost 157 ms and 16 cost 223: one slot's 3 tokens
     lose alone, so a planner that moves one slot at a time stays plain; all four's together fill the pass to 16."""
     choices = planner(LUMPY_CPU).plan([SlotOptions(8, COPY, 1)] * 4)
-    assert sum(choice.k + 1 for choice in choices) == 16 and {choice.source for choice in choices} == {"ngram"}
+    assert sum(choice.k + 1 for choice in choices) == 16 and {choice.source for choice in choices} == {Source.NGRAM}
     alone = planner(LUMPY_CPU).plan([SlotOptions(8, COPY, 1)] + [SlotOptions(8, Lookup(), 1)] * 3)
     assert [choice.k for choice in alone] == [0] * 4  # one run cannot fill the pass: 4 + 3 tokens cost more than they bring
 
@@ -52,7 +53,7 @@ def test_the_draft_model_is_chosen_only_where_its_passes_pay():
     cheap_draft = planner(CHEAP_TO_FOUR, draft_ms=0.5)
     asked_before(cheap_draft)
     [cheap] = cheap_draft.plan(no_lookup)
-    assert cheap.source == "model" and cheap.k >= 1
+    assert cheap.source is Source.MODEL and cheap.k >= 1
     dear_draft = planner(CHEAP_TO_FOUR, draft_ms=20.0)  # a draft pass twice the target's own: never worth it
     asked_before(dear_draft)
     [dear] = dear_draft.plan(no_lookup)
@@ -109,7 +110,7 @@ def test_a_slot_in_prose_drafts_a_two_token_match_only_as_far_as_its_answer_can_
     written.stepped(plan.costs, lookup_k=1, settled=[5, 6])  # a lookup token won: 2 tokens for 145 ms, not 200
     [unafforded] = plan.plan([SlotOptions(3, pair, 1, fresh)])
     [afforded] = plan.plan([SlotOptions(3, pair, 1, written)])
-    assert unafforded.k == 0 and afforded.source == "ngram" and afforded.k > 0
+    assert unafforded.k == 0 and afforded.source is Source.NGRAM and afforded.k > 0
 
 
 def sure(planner: Planner) -> Planner:
@@ -126,19 +127,19 @@ def test_a_short_sure_lookup_run_is_continued_by_the_draft_model():
     continues it; a whole run stays lookup's alone (free), and no run is the model's alone."""
     short = Lookup([11, 12, 13], match_length=20)
     [choice] = sure(planner(*GPU_LIKE)).plan([SlotOptions(8, short, 1)])
-    assert (choice.source, choice.lookup_k, choice.model_k) == ("hybrid", 3, choice.k - 3) and choice.model_k >= 1
+    assert (choice.source, choice.lookup_k, choice.model_k) == (Source.HYBRID, 3, choice.k - 3) and choice.model_k >= 1
     assert choice.label == f"hybrid K=3+{choice.model_k}"
     [whole] = sure(planner(*GPU_LIKE)).plan([SlotOptions(8, Lookup(list(range(11, 19)), 20), 1)])
-    assert whole.source == "ngram"
+    assert whole.source is Source.NGRAM
     [alone] = sure(planner(*GPU_LIKE)).plan([SlotOptions(8, Lookup(), 1)])
-    assert alone.source == "model"
+    assert alone.source is Source.MODEL
 
 
 def test_a_hybrid_step_is_priced_with_its_lookup_tokens_in_the_drafts_first_pass():
     plan = sure(planner(CHEAP_TO_FOUR, draft_ms=0.5))
     options = [SlotOptions(8, Lookup([11, 12, 13], 20), 1)]
-    hybrid = Choice("hybrid", 5, 4.0, lookup_k=3)
-    model = Choice("model", 2, 2.0)
+    hybrid = Choice(Source.HYBRID, 5, 4.0, lookup_k=3)
+    model = Choice(Source.MODEL, 2, 2.0)
     costs = plan.costs
     assert plan.step_ms([hybrid], options) == costs.verify(6) + costs.draft_batch(1 + 3) + costs.draft_batch(1)
     assert plan.step_ms([model], options) == costs.verify(3) + costs.draft_batch(1) + costs.draft_batch(1)
@@ -169,9 +170,9 @@ def test_a_slots_catch_up_is_priced_over_the_asks_a_resume_buys_there():
     asked_before(plan)
     for name, asks, drafts in (("writing code", 30, True), ("editing code", 1, False)):
         [choice] = plan.plan([SlotOptions(1, Lookup(), 16, belief_after(asks))])
-        assert (choice.source == "model") is drafts, name
+        assert (choice.source is Source.MODEL) is drafts, name
     options = [SlotOptions(1, Lookup(), 16, belief_after(30))]
-    model = Choice("model", 1, 1.9)
+    model = Choice(Source.MODEL, 1, 1.9)
     assert plan.step_ms([model], options, spread=True) < plan.step_ms([model], options)  # the real step pays it whole
 
 
@@ -184,10 +185,10 @@ def test_the_draft_model_is_judged_by_how_sure_each_slots_target_is():
         sure_text.confidence.observe_probability(0.99)
         prose.confidence.observe_probability(0.3)
     for _ in range(20):
-        plan.observe_model(Choice("model", 4, 5.0), prose.confidence.class_index, 4, 0)
-        plan.observe_model(Choice("model", 4, 5.0), sure_text.confidence.class_index, 4, 4)
+        plan.observe_model(Choice(Source.MODEL, 4, 5.0), prose.confidence.class_index, 4, 0)
+        plan.observe_model(Choice(Source.MODEL, 4, 5.0), sure_text.confidence.class_index, 4, 4)
     choices = plan.plan([SlotOptions(4, Lookup(), 1, sure_text), SlotOptions(4, Lookup(), 1, prose)])
-    assert choices[0].source == "model" and choices[1].k == 0
+    assert choices[0].source is Source.MODEL and choices[1].k == 0
 
 
 def test_a_prompt_chunk_fills_the_pass_up_to_a_size_that_costs_little_more():

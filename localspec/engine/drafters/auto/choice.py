@@ -4,22 +4,30 @@ statistics share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
+
+class Source(StrEnum):
+    """What drafts a step's tokens: its value is the name the statistics give it."""
+
+    NONE = "none"  # plain decoding: nothing is drafted
+    NGRAM = "ngram"  # prompt lookup
+    MODEL = "model"  # the draft model
+    HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 
 
-def draft_label(source: str, k: int, lookup_k: int) -> str:
+def draft_label(source: Source, k: int, lookup_k: int) -> str:
     """A step's choice as the statistics name it: none, "ngram K=3", "hybrid K=3+5" (lookup tokens + the model's)."""
     if k == 0:
-        return "none"
-    if source == HYBRID:
-        return f"{HYBRID} K={lookup_k}+{k - lookup_k}"
-    return f"{source} K={k}"
+        return Source.NONE.value
+    if source is Source.HYBRID:
+        return f"{source.value} K={lookup_k}+{k - lookup_k}"
+    return f"{source.value} K={k}"
 
 
 @dataclass(frozen=True)
 class Choice:
-    source: str  # "none", "ngram", "model" or "hybrid"
+    source: Source
     k: int
     predicted: float  # tokens the step is expected to emit: 1 + expected accepted
     lookup_k: int = 0  # hybrid: the lookup tokens the draft model continues after (k - lookup_k are the model's)
@@ -37,8 +45,8 @@ class Choice:
 
     @property
     def model_k(self) -> int:
-        """The draft model's share of the draft (all of it for "model", the rest after the lookup for "hybrid")."""
-        return self.k - self.lookup_k if self.source in ("model", HYBRID) else 0
+        """The draft model's share of the draft (all of it for the model, the rest after the lookup for a hybrid)."""
+        return self.k - self.lookup_k if self.source in (Source.MODEL, Source.HYBRID) else 0
 
 
-PLAIN = Choice("none", 0, 1.0)
+PLAIN = Choice(Source.NONE, 0, 1.0)

@@ -22,7 +22,7 @@ from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.catch_up import ResumeRuns
-from localspec.engine.drafters.auto.choice import PLAIN, Choice
+from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -145,7 +145,7 @@ class AutoDrafter(Drafter):
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         answer = self._answer(seq)
         choice, belief = answer.choice, answer.belief
-        belief.stepped(self.costs, choice.k if choice.source == "ngram" else 0, tokens)
+        belief.stepped(self.costs, choice.k if choice.source is Source.NGRAM else 0, tokens)
         if answer.drafted is not None:
             self.planner.observe_model(choice, belief.asked_class, answer.drafted, len(tokens) - 1)
         answer.shadows = self.planner.settle(answer.shadows, tokens, belief.copy_effect)

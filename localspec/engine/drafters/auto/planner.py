@@ -23,7 +23,7 @@ from localspec.engine.drafters.auto.acceptance import prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.catch_up import catch_up_price
-from localspec.engine.drafters.auto.choice import HYBRID, PLAIN, Choice
+from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -169,7 +169,7 @@ class Planner:
         curves: dict[int, list[float]] = {}
         for i in auto:
             options, choice = slots[i], choices[i]
-            if choice.source not in ("none", "ngram"):
+            if choice.source not in (Source.NONE, Source.NGRAM):
                 continue  # a draft model's plan stands as the ascent chose it
             expected = curves[i] = self._lookup_curves(options)[0]
             gains += [(expected[k] - expected[k - 1], i) for k in range(choice.k + 1, len(expected))]
@@ -191,7 +191,7 @@ class Planner:
             ks[i] += 1
         filled = list(choices)
         for i, k in ks.items():
-            filled[i] = Choice("ngram", k, 1 + curves[i][k]) if k else PLAIN
+            filled[i] = Choice(Source.NGRAM, k, 1 + curves[i][k]) if k else PLAIN
         return filled, best_rate
 
     def _model_curve(self, options: SlotOptions, k: int) -> list[float]:
@@ -204,18 +204,18 @@ class Planner:
         found = [PLAIN]
         lookup_expected, lookup_survive = self._lookup_curves(options)
         n_lookup = len(lookup_expected) - 1
-        found += [Choice("ngram", k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
+        found += [Choice(Source.NGRAM, k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         if self.has_draft_model:
             model_k = min(options.cap, MODEL_K_MAX)
             model_expected = self._model_curve(options, model_k)
             vouched = self.draft_acceptance.vouched(options.belief.confidence.class_index, model_k)
-            found += [Choice("model", k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
+            found += [Choice(Source.MODEL, k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
             # The hybrid candidate is found as auto finds it; the ascent then weighs it in the batch like the others.
             hybrid = best_hybrid(self.costs, max(1, options.pending), options.belief.resume_runs.expected, n_lookup, options.cap,
                                  lookup_expected, lookup_survive, model_expected)
             if hybrid is not None:
                 j, m = hybrid.lookup_k, hybrid.model_k
-                found.append(Choice(HYBRID, j + m, hybrid.tokens, lookup_k=j,
+                found.append(Choice(Source.HYBRID, j + m, hybrid.tokens, lookup_k=j,
                                     vouched=1 + lookup_expected[j] + lookup_survive[j] * vouched[m]))
         return found
 
@@ -286,9 +286,9 @@ class Planner:
             alone = [slots[i]]
             own_rate = self._rate([choices[i]], alone)
             for k in range(1, min(slots[i].cap, MODEL_K_MAX) + 1):
-                if self._rate([Choice("model", k, 1 + hoped[k])], alone) <= own_rate:
+                if self._rate([Choice(Source.MODEL, k, 1 + hoped[k])], alone) <= own_rate:
                     continue
-                trial = [*choices[:i], Choice("model", k, 1 + expected[k]), *choices[i + 1 :]]
+                trial = [*choices[:i], Choice(Source.MODEL, k, 1 + expected[k]), *choices[i + 1 :]]
                 worst_tokens = sum(choice.predicted for choice in choices) - choices[i].predicted + 1  # the try's slot gets one
                 worst_loss = self.step_ms(trial, slots) - worst_tokens / best_rate
                 return trial if self.exploration.afford(worst_loss) else choices
