@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_the_settings_accept_every_registered_drafter_and_no_other():
 
 
 def test_the_bench_sweeps_every_fixed_drafter():
-    assert set(BENCH_DRAFTERS) == set(DRAFTERS) - {"auto", "none"}
+    assert set(BENCH_DRAFTERS) == {name for name, row in DRAFTERS.items() if row.drafts and not row.chooses_k} == set(DRAFTERS) - {"auto", "none"}
     without_draft = parse_drafters(None, have_draft_model=False)
     assert without_draft == [name for name in BENCH_DRAFTERS if not DRAFTERS[name].needs_draft_model]
     with pytest.raises(UsageError, match="tree needs a draft model"):
@@ -76,3 +77,26 @@ def test_the_target_holds_a_second_sequence_only_once_the_tree_is_used(tiny):
         assert engine.target.n_seq == 1
         engine.decoder("tree")
         assert engine.target.n_seq == 2
+
+
+def _names_a_drafter(node: ast.expr) -> bool:
+    """`drafter`, `mode.drafter`, `settings.drafter`...: an expression that holds a drafter's name."""
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return "drafter" in name
+
+
+def test_no_front_door_compares_a_drafter_by_its_name():
+    """What a drafter needs and supports is the registry's data (drafts, chain, constrained, self_draft, sample_match,
+    reference, chooses_k...): the bench, the session, the command line, the server and the app ask it, so a new drafter
+    is one module and one row."""
+    package = Path(__file__).resolve().parent.parent / "localspec"
+    found = []
+    for folder in ("bench", "session", "cli", "serve", "tui"):
+        for path in sorted((package / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Compare):
+                    sides = [node.left, *node.comparators]
+                    named = [side.value for side in sides if isinstance(side, ast.Constant) and side.value in DRAFTERS]
+                    if named and any(_names_a_drafter(side) for side in sides):
+                        found.append(f"{path.relative_to(package)}:{node.lineno} compares with {named[0]!r}")
+    assert not found, "\n".join(found)

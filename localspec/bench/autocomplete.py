@@ -31,6 +31,7 @@ from pathlib import Path
 from localspec.bench.progress import BenchProgress
 from localspec.engine import defaults
 from localspec.engine.decode import Decoder
+from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookups
@@ -133,7 +134,7 @@ def _complete(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> 
 
 
 def _decoders(engine: Engine) -> dict[str, Decoder]:
-    auto = engine.decoder("auto")
+    auto = engine.decoder(registry.ADAPTIVE)
     costs = auto.drafter.costs
     assert costs is not None  # auto measures its costs
     # The one difference: lookup without a memory sees each request's own text only. One cost table, measured once.

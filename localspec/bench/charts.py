@@ -10,6 +10,7 @@ from typing import Any
 
 from localspec.bench.report import total
 from localspec.bench.results import BenchResult
+from localspec.engine.drafters import registry
 
 SPEED_CHART = "bench-speed.png"
 ACCEPTANCE_CHART = "bench-acceptance.png"
@@ -31,17 +32,17 @@ def save_charts(result: BenchResult, directory: Path) -> list[Path]:
     speed, axes = plt.subplots(figsize=(8, 5))
     for drafter in drafters:
         axes.plot(result.ks, [rate(drafter=drafter, k=k, verification="speculative") for k in result.ks], marker="o", label=drafter)
-    axes.axhline(rate(drafter="none"), color="black", linestyle="--", label="plain")
-    if any(mode.drafter == "auto" for mode in result.modes):
-        axes.axhline(rate(drafter="auto"), color="tab:red", linestyle="-.", linewidth=2, label="auto")
+    axes.axhline(rate(plain=True), color="black", linestyle="--", label="plain")
+    if any(mode.adaptive for mode in result.modes):
+        axes.axhline(rate(adaptive=True), color="tab:red", linestyle="-.", linewidth=2, label=registry.ADAPTIVE)
     axes.set(xlabel="K (most tokens drafted per step)", ylabel="tokens per second", xticks=result.ks,
              title=f"Speed by drafter and K (all prompts, temperature {result.temperature:g})")
     paths = [_finish(speed, axes, directory / SPEED_CHART)]
 
     acceptance, axes = plt.subplots(figsize=(8, 5))
     k = result.ks[-1]
-    for drafter in [*drafters, "auto"]:
-        runs = [m for m in result.measurements if m.mode.drafter == drafter and (drafter == "auto" or m.mode.k == k)
+    for drafter in [*drafters, registry.ADAPTIVE]:
+        runs = [m for m in result.measurements if m.mode.drafter == drafter and (m.mode.adaptive or m.mode.k == k)
                 and m.mode.verification == "speculative"]
         by_position = total(runs).acceptance_by_position
         if by_position:

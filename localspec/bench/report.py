@@ -35,12 +35,12 @@ def total(measurements: Iterable[Measurement]) -> GenerationStats:
 
 
 def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats, departs: str, doubts: Doubts, where: str) -> str:
-    if mode.drafter == "none":
+    if mode.plain:
         return (f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {1.0:6.2f}  {'':>7} {1.0:6.2f} {'':>24} {'':>6} "
                 f"{stats.python_ms_per_step:6.2f}  {departs}")
     positions = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position[:6])
     predicted = None
-    if mode.fixed and mode.drafter != "tree":  # a chain of drafted tokens: what the cost model describes
+    if mode.fixed and mode.spec.chain:  # a chain of drafted tokens: what the cost model describes
         predicted = costs_from(plain, stats).predicted_speedup(stats.draft_reach_by_position, stats.acceptance_by_position)
     pred = f"{predicted:6.2f}" if predicted is not None else f"{'-':>6}"
     mark = doubts.speedup(f"{where}, {mode.label}", ratio(stats, plain), stats.tokens_per_step)
@@ -112,7 +112,7 @@ class CategoryRow:
 def category_table(result: BenchResult) -> list[CategoryRow]:
     """Per category: plain tok/s, the best fixed mode and its ×plain, auto's ×plain, and the lookup ceiling."""
     rows = []
-    auto_modes = [mode for mode in result.modes if mode.drafter == "auto"]
+    auto_modes = [mode for mode in result.modes if mode.adaptive]
     for category in sorted({p.category for p in result.prompts}):
         ids = {p.id for p in result.prompts if p.category == category}
         in_category = [m for m in result.measurements if m.prompt_id in ids]
@@ -139,7 +139,7 @@ def _print_categories(result: BenchResult, doubts: Doubts, costs_doubted: bool) 
         auto_mark = doubts.speedup(f"{row.category}, auto", row.auto_ratio, row.auto_tokens_per_pass)
         print(f"{row.category:<18} {row.plain_per_second:11.1f} {row.best.label if row.best else '-':>22} {best_ratio} "
               f"{row.auto_ratio:11.2f}{auto_mark} {share} {ceiling}")
-    auto_runs = [m for m in result.measurements if m.mode.drafter == "auto"]
+    auto_runs = [m for m in result.measurements if m.mode.adaptive]
     if not auto_runs:
         return
     lines, medians = [], []
@@ -164,7 +164,7 @@ def _print_categories(result: BenchResult, doubts: Doubts, costs_doubted: bool) 
 
 
 def _print_auto(result: BenchResult, costs_doubted: bool) -> None:
-    runs = [m for m in result.measurements if m.mode.drafter == "auto"]
+    runs = [m for m in result.measurements if m.mode.adaptive]
     if not runs:
         return
     stats = total(runs)
@@ -188,8 +188,8 @@ def _print_verification(result: BenchResult) -> None:
     """At temperature > 0: speculative sampling against sample-and-match, same draft model, K, prompts and seeds."""
     print("\nVerification at the same temperature, prompts and seeds: draft tokens accepted, in all and per token emitted")
     for k in result.ks:
-        spec = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "speculative")
-        match = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "sample-match")
+        spec = total(m for m in result.measurements if m.mode.spec.sample_match and m.mode.k == k and m.mode.verification == "speculative")
+        match = total(m for m in result.measurements if m.mode.spec.sample_match and m.mode.k == k and m.mode.verification == "sample-match")
         if spec.draft_n and match.draft_n:
             print(
                 f"K={k}: speculative sampling {spec.draft_n_accepted} of {spec.draft_n} ({100 * spec.acceptance_rate:5.1f}%, "
@@ -212,9 +212,9 @@ def _print_llama_cpp_side_by_side(result: BenchResult, plain_all: GenerationStat
     print(f"llama-bench tg64, empty context:          {tg:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_tg)})")
     print(f"llama-bench tg{n_gen} @ d{depth} (our workload): {matched:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_matched)})")
     print(f"localspec plain:                          {ours_plain:7.1f} tok/s  ({ours_plain / tg:.2f} × tg64, {ours_plain / matched:.2f} × our workload)")
-    auto = total(m for m in result.measurements if m.mode.drafter == "auto")
+    auto = total(m for m in result.measurements if m.mode.adaptive)
     for k in result.ks:
-        ours = total(m for m in result.measurements if m.mode.drafter == "model" and m.mode.k == k and m.mode.verification == "speculative")
+        ours = total(m for m in result.measurements if m.mode.reference(k))
         for p_min in sorted({r.p_min for r in result.reference}):
             runs = [r.run for r in result.reference if r.k == k and r.p_min == p_min]
             tokens = sum(r.n_predict for r in runs)

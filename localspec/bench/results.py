@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from localspec.bench import reference
 from localspec.bench.ceiling import Ceiling
 from localspec.engine.chat import Message, with_system
+from localspec.engine.drafters import registry
 from localspec.engine.stats import GenerationStats
 
 
@@ -26,25 +27,42 @@ class BenchPrompt:
 class Mode:
     """One way of decoding: a drafter at a K (auto: K is its cap), verified one way at temperature > 0."""
 
-    drafter: str  # "none" is plain decoding
+    drafter: str  # the registry's name (registry.PLAIN: plain decoding)
     k: int
     verification: str = "speculative"
 
     @property
+    def spec(self) -> registry.DrafterSpec:
+        return registry.spec(self.drafter)
+
+    @property
+    def plain(self) -> bool:
+        return not self.spec.drafts
+
+    @property
+    def adaptive(self) -> bool:
+        """auto: it picks K each step, this mode's K only its cap."""
+        return self.spec.chooses_k
+
+    @property
     def label(self) -> str:
-        if self.drafter == "none":
+        if self.plain:
             return "plain"
-        if self.drafter == "auto":
-            return f"auto K≤{self.k}"
+        if self.adaptive:
+            return f"{self.drafter} K≤{self.k}"
         return f"{self.drafter} K={self.k}" + (" sample-match" if self.verification == "sample-match" else "")
 
     @property
     def fixed(self) -> bool:
         """A drafter at a set K, the kind auto is compared against."""
-        return self.drafter not in ("none", "auto") and self.verification == "speculative"
+        return self.drafter in registry.FIXED and self.verification == "speculative"
+
+    def reference(self, k: int, verification: str = "speculative") -> bool:
+        """The drafter llama.cpp's llama-speculative-simple matches, at K `k`, verified that way."""
+        return self.spec.reference and self.k == k and self.verification == verification
 
 
-PLAIN = Mode("none", 0)
+PLAIN = Mode(registry.PLAIN, 0)
 
 
 @dataclass

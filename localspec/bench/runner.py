@@ -40,8 +40,8 @@ from localspec.machine.device import device_record
 from localspec.session.generation_request import draft_p_min
 
 # Every fixed drafter: auto runs beside them, and plain decoding is the baseline of every ratio.
-BENCH_DRAFTERS = tuple(name for name in registry.DRAFTERS if name not in ("auto", "none"))
-NO_FIXED_DRAFTER = "none"  # --drafters none: plain and auto alone, the comparison a new user's first question asks
+BENCH_DRAFTERS = registry.FIXED
+NO_FIXED_DRAFTER = registry.PLAIN  # --drafters none: plain and auto alone, the comparison a new user's first question asks
 
 
 T = TypeVar("T")
@@ -139,9 +139,9 @@ def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> t
 
 def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max: int | None = None) -> list[Mode]:
     """Plain, each drafter at each K, auto (capped at `auto_max`, else as users run it); at temperature > 0 also sample-and-match."""
-    modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode("auto", auto_max or defaults.AUTO_DRAFT_MAX)]
-    if temperature > 0 and "model" in drafters:
-        modes += [Mode("model", k, "sample-match") for k in ks]
+    modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode(registry.ADAPTIVE, auto_max or defaults.AUTO_DRAFT_MAX)]
+    if temperature > 0:
+        modes += [Mode(d, k, "sample-match") for d in drafters if registry.spec(d).sample_match for k in ks]
     return modes
 
 
@@ -183,7 +183,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
             result.keep_finished_prompts()
             progress.stage(f"interrupted (Ctrl-C): the report below holds the {len(result.measurements)} measurements of the "
                            "prompts that finished")
-        costs = engine.decoder("auto").drafter.costs
+        costs = engine.decoder(registry.ADAPTIVE).drafter.costs
         if costs is not None:
             result.verify_ms = dict(sorted(costs.target.ms.items()))
     if result.measurements:
@@ -217,9 +217,9 @@ def _bench_prompt(
         if sampling.greedy:
             m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[PLAIN].tokens, m.tokens)) if a != b), None)
         result.measurements.append(m)
-    costs = engine.decoder("auto").drafter.costs
+    costs = engine.decoder(registry.ADAPTIVE).drafter.costs
     if sampling.greedy and prompt.id not in result.ceilings and costs is not None:
-        auto_cap = max(mode.k for mode in modes if mode.drafter == "auto")
+        auto_cap = max(mode.k for mode in modes if mode.adaptive)
         result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, costs.verify, auto_cap)
     if args.llama_cpp_bin and not result.reference_error and engine.draft is not None and sampling.greedy:
         text = render_chat(engine.target, prompt.messages)
@@ -233,7 +233,7 @@ def _bench_prompt(
 
 def _say_self_draft(progress: BenchProgress, config: EngineConfig, drafters: list[str]) -> None:
     """The self drafter writes a draft the size of a quarter of the target into the cache: say so before it does."""
-    if "self" not in drafters or config.self_draft_dir is None:
+    if not any(registry.spec(d).self_draft for d in drafters) or config.self_draft_dir is None:
         return
     path = self_draft_path(config.target, config.self_draft_layers, config.self_draft_dir)
     if not path.exists():

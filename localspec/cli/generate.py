@@ -8,6 +8,7 @@ import sys
 
 from localspec.cli.pair_args import engine_config_from_args, memory_plan_from_args, resolve_models
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens, with_system
+from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
@@ -18,7 +19,7 @@ from localspec.session.generation_request import Asked, resolve
 
 def run_generate(args: argparse.Namespace) -> int:
     pair = resolve_models(args)
-    asked = Asked(drafter="none" if args.no_draft else args.drafter, draft_max=0 if args.no_draft else args.draft_max,
+    asked = Asked(drafter=registry.PLAIN if args.no_draft else args.drafter, draft_max=0 if args.no_draft else args.draft_max,
                   draft_p_min=args.draft_p_min, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, min_p=args.min_p, seed=args.seed, verification=args.verification, stop=tuple(args.stop))
     request = resolve(asked, draft_model=args.draft is not None, context=args.ctx_size, pair=pair)  # said before anything loads
@@ -27,7 +28,7 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"localspec: warning: {warning}", file=sys.stderr)
     with Engine(engine_config_from_args(args, with_draft=not args.no_draft, plan=plan)) as engine:
         device = device_record(engine) | {"plan": plan.to_dict()}
-        if engine.drafting_note and request.drafter != "none":
+        if engine.drafting_note and registry.spec(request.drafter).drafts:
             print(f"localspec: note: {engine.drafting_note}", file=sys.stderr)
         if args.raw:
             prompt = raw_prompt_tokens(engine.target, args.prompt)

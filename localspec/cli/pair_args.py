@@ -11,6 +11,7 @@ import sys
 from localspec import paths
 from localspec.catalog.models_toml import CatalogError, Pair, load_catalog
 from localspec.catalog.pair_files import local_pair_paths
+from localspec.engine.drafters import registry
 from localspec.engine.engine import EngineConfig
 from localspec.errors import UsageError
 from localspec.hub.config import HubConfig
@@ -35,8 +36,10 @@ def resolve_models(args: argparse.Namespace) -> Pair | None:
 def _runs_self_draft(args: argparse.Namespace) -> bool:
     """Whether this command will load the self-draft: `generate --drafter self`, or a bench sweep that includes it."""
     if args.command == "bench":
-        return args.drafters is None or "self" in [part.strip() for part in args.drafters.split(",")]
-    return getattr(args, "drafter", None) == "self"
+        named = [part.strip() for part in args.drafters.split(",")] if args.drafters is not None else list(registry.FIXED)
+    else:
+        named = [getattr(args, "drafter", None) or registry.DEFAULT]
+    return any(name in registry.DRAFTERS and registry.DRAFTERS[name].self_draft for name in named)
 
 
 def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:

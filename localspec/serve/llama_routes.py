@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from localspec import __version__
 from localspec.engine.chat import render_messages
+from localspec.engine.drafters import registry
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
 from localspec.engine.llama.model import Model
@@ -55,7 +56,7 @@ async def slots(request: Request) -> list[dict[str, Any]]:
     """llama.cpp's shape, a row per slot, with the speculation each has done (its running request's, else its last's)."""
     state, engine = server(request)
     params = state.standing_params()
-    return [{"id": view.id, "id_task": view.task, "n_ctx": view.n_ctx, "speculative": engine.draft is not None or state.options.drafter != "none",
+    return [{"id": view.id, "id_task": view.task, "n_ctx": view.n_ctx, "speculative": engine.draft is not None or registry.spec(state.options.drafter).drafts,
              "is_processing": view.busy, "params": params, "localspec": _slot_stats(state, view)}
             for view in state.worker.slots(engine)]
 

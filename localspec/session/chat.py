@@ -18,6 +18,7 @@ from localspec import paths
 from localspec.catalog.models_toml import Pair
 from localspec.engine.chat import Message
 from localspec.engine.decode import Decoder
+from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import LoadCancelled
 from localspec.engine.events import Finished, StopReason
@@ -58,7 +59,7 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
     """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
     on_stage("planning memory")
     plan = plan_pair_on_devices(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers,
-                                settings.rpc_servers, with_self_draft=settings.drafter == "self",
+                                settings.rpc_servers, with_self_draft=registry.spec(settings.drafter).self_draft,
                                 self_draft_layers=settings.self_draft_layers)
     config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads,
                           self_draft_dir=paths.self_draft_dir(), self_draft_layers=settings.self_draft_layers,

@@ -72,8 +72,8 @@ def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None 
     draft_max = asked.draft_max if asked.draft_max is not None else draft_max_for(drafter, recommended)
     if not 0 <= draft_max <= defaults.DRAFT_MAX_LIMIT:
         raise UsageError(f"{names['draft_max']} must be from 0 to {defaults.DRAFT_MAX_LIMIT}, not {draft_max}.")
-    if draft_max == 0 or drafter == "none":
-        drafter, draft_max = "none", 0
+    if draft_max == 0 or not registry.DRAFTERS[drafter].drafts:
+        drafter, draft_max = registry.PLAIN, 0
     if registry.DRAFTERS[drafter].needs_draft_model and not draft_model:
         raise UsageError(f"{names['drafter']} {drafter} needs a draft model, and none is loaded: load a pair with a draft, "
                          f"or pick a drafter that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
@@ -91,8 +91,8 @@ def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None 
         seed=asked.seed,
     )
     sampling.validate()
-    if (asked.grammar is not None or asked.penalties is not None) and drafter == "tree":
-        raise UsageError("The tree drafter cannot draft under a grammar (response_format, json_schema) or penalties "
+    if (asked.grammar is not None or asked.penalties is not None) and not registry.DRAFTERS[drafter].constrained:
+        raise UsageError(f"The {drafter} drafter cannot draft under a grammar (response_format, json_schema) or penalties "
                          "(frequency_penalty, presence_penalty, logit_bias): pick another drafter.")
     config = GenerationConfig(max_tokens=max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=p_min,
                               verification=asked.verification or "speculative", stop=asked.stop, grammar=asked.grammar,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from localspec.engine.drafters import registry
 from localspec.session.live_stats import StatsSnapshot
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -34,7 +35,7 @@ def render_snapshot(s: StatsSnapshot) -> Text:
         text.append(f"{label:<10}", style="dim")
         text.append(value + "\n", style=style)
 
-    line("drafter", "none (plain)" if s.drafter == "none" or s.draft_max == 0 else f"{s.drafter} · K={s.draft_max}")
+    line("drafter", "none (plain)" if not registry.spec(s.drafter).drafts or s.draft_max == 0 else f"{s.drafter} · K={s.draft_max}")
     line("accepted", f"{percent(s.acceptance_answer)} answer", "bold")
     line("", f"{percent(s.acceptance_conversation)} chat")
     line("tok/pass", f"{s.tokens_per_pass:.2f}")

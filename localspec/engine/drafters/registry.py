@@ -30,6 +30,12 @@ class DrafterSpec:
     target_sequences: int = 1  # sequences the target's cache must hold (a tree verifies two branches side by side)
     batchable: bool = True  # it drafts for several slots sharing the target's passes; False: it needs a sequence of its own
     chooses_k: bool = False  # it picks K itself each step: the K it is given is only a cap (defaults.AUTO_DRAFT_MAX)
+    drafts: bool = True  # False: plain decoding, nothing drafted
+    chain: bool = True  # its draft is one chain of tokens (False: a tree, which a chain's cost model does not describe)
+    constrained: bool = True  # it drafts under a grammar and penalties (False: the request must pick another drafter)
+    self_draft: bool = False  # it drafts with the self draft cut from the target (loaded, and planned for, only then)
+    sample_match: bool = False  # its tokens can be judged by sample-and-match too (it samples them from its own q)
+    reference: bool = False  # it drafts as llama.cpp's llama-speculative-simple does: the bench sets them side by side
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -39,19 +45,23 @@ class DrafterSpec:
 _SPECS = (
     DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
                 False, "auto.controller", chooses_k=True),
-    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model"),
+    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", sample_match=True,
+                reference=True),
     DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram"),
     DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
     DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
                 True, "hierarchical"),
     DrafterSpec("tree", "the draft model forks at an unsure token; both branches are verified in one target pass", True, "tree",
-                target_sequences=2, batchable=False),
+                target_sequences=2, batchable=False, chain=False, constrained=False),
     DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
-                "draft_model", "build_self"),
-    DrafterSpec("none", "plain decoding", False, "base", "build_none"),
+                "draft_model", "build_self", self_draft=True),
+    DrafterSpec("none", "plain decoding", False, "base", "build_none", drafts=False),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
 DEFAULT = "auto"
+PLAIN = next(name for name, spec in DRAFTERS.items() if not spec.drafts)  # what a request that drafts nothing runs
+ADAPTIVE = next(name for name, spec in DRAFTERS.items() if spec.chooses_k)  # the one the bench compares the fixed ones with
+FIXED = tuple(name for name, spec in DRAFTERS.items() if spec.drafts and not spec.chooses_k)  # a drafter at a set K each
 BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batchable)
 NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
 
