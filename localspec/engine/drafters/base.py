@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.sampling import Distribution, SamplingParams
 
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
@@ -23,6 +22,17 @@ if TYPE_CHECKING:  # annotations only: the drafters never load a model themselve
 
     from localspec.engine.drafters.auto.costs import CostTable
     from localspec.engine.llama.model import Model
+
+
+class Decision(Protocol):
+    """What a drafter that chooses its draft each step (auto) chose: the statistics record it by its label, beside the
+    tokens it expected the step to emit."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def predicted(self) -> float: ...
 
 
 @dataclass
@@ -39,7 +49,7 @@ class Draft:
     # q for each token, only when the draft was sampled (temperature > 0, speculative sampling).
     dists: list[Distribution] = field(default_factory=list)
     fork: Fork | None = None  # tree drafts only
-    choice: Choice | None = None  # what a drafter that chooses (auto) chose for this step: the statistics record it
+    choice: Decision | None = None  # what a drafter that chooses (auto) chose for this step: the statistics record it
 
     def append(self, token: int, q: Distribution | None) -> None:
         """One more drafted token, with its q where it was sampled."""
