@@ -57,9 +57,9 @@ class Mode:
         """A drafter at a set K, the kind auto is compared against."""
         return self.drafter in registry.FIXED and self.verification == "speculative"
 
-    def reference(self, k: int, verification: str = "speculative") -> bool:
-        """The drafter llama.cpp's llama-speculative-simple matches, at K `k`, verified that way."""
-        return self.spec.reference and self.k == k and self.verification == verification
+    def reference(self, k: int) -> bool:
+        """The drafter llama.cpp's llama-speculative-simple matches, at K `k`, verified as it verifies (speculatively)."""
+        return self.spec.reference and self.k == k and self.verification == "speculative"
 
 
 PLAIN = Mode(registry.PLAIN, 0)
