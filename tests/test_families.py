@@ -5,6 +5,7 @@ Where llama.cpp keeps snapshots of the recurrent state (n_rs_seq), drafts are ve
 back, at one slot and at four, and greedy output is the target's own. Where it keeps none (Mamba), the pair answers
 with plain decoding and says why. A hybrid draft model, whose speculation cannot drop, reads its context again. A
 window model keeps the small window cache, and a prefix is reused only where the window's cells are still there.
+A target that carries MTP layers is named so by check and doctor.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +31,7 @@ from localspec.engine.sampling import SamplingParams
 from localspec.gguf.memory_kind import memory_kind
 from localspec.hub.config import HubConfig
 from localspec.machine.memory_plan import read_footprint
-from tests import arch_models
+from tests import arch_models, mtp_models
 from tests.batch_runs import run_batch
 from tests.conftest import cli, run
 from tests.goodness_of_fit import fit_p_value
@@ -268,3 +271,33 @@ async def test_the_app_says_why_a_recurrent_target_answers_plainly(archs, tmp_pa
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.loaded is not None)
         assert any("Drafting: mamba" in n.message and "plain decoding" in n.message for n in app._notifications)
+
+
+# What llama.cpp says of a model's MTP layers when it loads them: in a child process, where a malformed block aborts.
+_MTP_PROBE = """
+import sys, llama_cpp
+params = llama_cpp.llama_model_default_params()
+params.load_mtp = True
+model = llama_cpp.llama_load_model_from_file(sys.argv[1].encode(), params)
+print(llama_cpp.llama_model_n_layer_nextn(model) if model else "unloaded")
+"""
+
+
+def test_check_and_doctor_name_a_targets_mtp_layers_as_llama_cpp_loads_them(archs, tmp_path):
+    mtp = mtp_models.with_mtp_block(archs["qwen35"], tmp_path / "qwen35-mtp.gguf")
+    loaded = subprocess.run([sys.executable, "-c", _MTP_PROBE, str(mtp)], capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and loaded.stdout.split()[-1] == "1", loaded.stderr[-2000:]
+    result = cli("check", "--target", str(mtp), "--draft", str(archs["qwen35"]))
+    assert result.returncode == 0, result.stderr
+    assert "note: the target: it carries 1 MTP layer (draft heads of its own)" in result.stdout
+    assert "MTP" not in cli("check", "--target", str(archs["qwen35"]), "--draft", str(archs["qwen35"])).stdout
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    catalog = tmp_path / "config" / "localspec" / "models.toml"
+    catalog.parent.mkdir(parents=True)
+    catalog.write_text(f'[[pair]]\nid = "mtp-tiny"\ntitle = "MTP"\n[pair.target]\npath = "{mtp}"\n[pair.draft]\npath = "{archs["qwen35"]}"\n')
+    doctor = cli("doctor", env=env, timeout=120)
+    assert doctor.returncode == 0, doctor.stderr
+    row = next(line for line in doctor.stdout.splitlines() if line.strip().startswith("mtp-tiny"))
+    assert "the target: it carries 1 MTP layer" in row

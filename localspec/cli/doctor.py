@@ -22,6 +22,7 @@ from localspec.engine.llama import amx
 from localspec.errors import LocalspecError
 from localspec.gguf.header import read_local_header
 from localspec.gguf.memory_kind import memory_kind
+from localspec.gguf.summary import ModelSummary
 from localspec.hub.config import HubConfig
 from localspec.machine import amx_build, rpc, rpc_build
 from localspec.machine.device import MachineInfo, device_memory, machine_info
@@ -100,8 +101,11 @@ def _print_pairs(hub: HubConfig, memory: DeviceMemory) -> None:
             assert target is not None and draft is not None
             try:
                 plan = plan_pair(target, draft, defaults.N_CTX, memory).describe()
-                reason = memory_kind(read_local_header(target).architecture).reason
+                header = read_local_header(target)
+                reason = memory_kind(header.architecture).reason
                 plan += f"; the target is recurrent: {reason}" if reason else ""
+                mtp_note = ModelSummary.from_headers(header).mtp_note
+                plan += f"; the target: {mtp_note}" if mtp_note else ""
             except LocalspecError as exc:
                 plan = str(exc)
         print(f"  {pair.id:<30}{status:<13}{plan}".rstrip())

@@ -141,6 +141,8 @@ def _print_check(result: PairCheck) -> None:
         reason = memory_kind(t.architecture).reason
         if reason:
             print(f"note: the target ({t.architecture}) is a recurrent or hybrid model: {reason}.")
+        if t.mtp_note:
+            print(f"note: the target: {t.mtp_note}.")
     else:
         print(f"incompatible: {result.problem}", file=sys.stderr)
 

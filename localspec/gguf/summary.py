@@ -30,6 +30,7 @@ class ModelSummary:
     vocab_type: str
     n_vocab: int
     name: str
+    mtp_layers: int = 0  # multi-token-prediction (NextN) blocks appended to the model: its own draft heads
 
     @classmethod
     def from_headers(cls, first: GGUFHeader, others: list[GGUFHeader] | None = None) -> ModelSummary:
@@ -44,7 +45,16 @@ class ModelSummary:
             vocab_type=vocab_name(first.vocab_type),
             n_vocab=first.n_vocab,
             name=str(first.metadata.get("general.name", "")),
+            mtp_layers=int(first.arch_value("nextn_predict_layers") or 0),
         )
+
+    @property
+    def mtp_note(self) -> str:
+        """What its MTP layers are to localspec, where it has any ('' where none)."""
+        if not self.mtp_layers:
+            return ""
+        heads = f"{self.mtp_layers} MTP layer{'s' if self.mtp_layers > 1 else ''}"
+        return f"it carries {heads} (draft heads of its own); localspec does not draft with them yet, so the draft model and lookup draft for it"
 
     def describe(self) -> str:
         context = f"context {self.context_length}" if self.context_length else "context unknown"

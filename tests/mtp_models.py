@@ -1,0 +1,48 @@
+"""A tiny model that carries its own draft head: llama.cpp's test-llama-archs writes no MTP (NextN) layers, so a tiny
+Qwen3.5 from it gets one appended here, as Qwen3.5/3.6 MTP GGUFs carry it: a copy of its full-attention block with the
+NextN tensors (eh_proj over [token embedding, hidden state], and its two norms) as block n_layer, and
+`nextn_predict_layers = 1`. llama.cpp loads it with `load_mtp` and drafts from it (random weights: the head rarely
+agrees with the target, which rollback tests want anyway).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+
+def with_mtp_block(source: Path, path: Path, seed: int = 0) -> Path:
+    """`source` (a tiny qwen35) with one MTP block appended, written to `path`."""
+    reader = GGUFReader(source)
+    arch = str(reader.fields["general.architecture"].contents())
+    n_layer = int(reader.fields[f"{arch}.block_count"].contents())
+    n_embd = int(reader.fields[f"{arch}.embedding_length"].contents())
+    writer = GGUFWriter(path, arch)
+    changed = {f"{arch}.block_count": n_layer + 1, f"{arch}.nextn_predict_layers": 1}
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value = changed.get(name, field.contents())
+        if name == f"{arch}.attention.recurrent_layers":
+            value = [*value, False]  # the MTP block attends
+        kind = field.types[0]
+        if kind == GGUFValueType.ARRAY and not value:
+            continue  # an empty array cannot be written; llama.cpp reads a missing key as empty
+        writer.add_key_value(name, value, kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    full = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith(".attn_q.weight"))
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, np.array(tensor.data), raw_dtype=tensor.tensor_type)
+    for tensor in reader.tensors:
+        if tensor.name.startswith(f"blk.{full}."):
+            writer.add_tensor(tensor.name.replace(f"blk.{full}.", f"blk.{n_layer}.", 1), np.array(tensor.data), raw_dtype=tensor.tensor_type)
+    rng = np.random.default_rng(seed)
+    writer.add_tensor(f"blk.{n_layer}.nextn.eh_proj.weight", (rng.standard_normal((n_embd, 2 * n_embd)) * 0.02).astype(np.float32))
+    writer.add_tensor(f"blk.{n_layer}.nextn.enorm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.add_tensor(f"blk.{n_layer}.nextn.hnorm.weight", np.ones(n_embd, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
