@@ -25,8 +25,8 @@ _FEED_FORWARD_BLOCKS = {"nemotron_h", "nemotron_h_moe"}
 
 def recurrent_blocks(header: GGUFHeader, n_layer: int) -> list[bool]:
     """Per block, whether it keeps a recurrent state (all False for an attention-only model)."""
-    kind, arch = memory_kind(header.architecture), header.architecture
-    if kind is MemoryKind.ATTENTION:
+    arch = header.architecture
+    if memory_kind(arch) is MemoryKind.ATTENTION:
         return [False] * n_layer
     flags = header.arch_value("attention.recurrent_layers")
     if isinstance(flags, list):
@@ -37,19 +37,23 @@ def recurrent_blocks(header: GGUFHeader, n_layer: int) -> list[bool]:
     if interval:
         return [(block + 1) % interval != 0 for block in range(n_layer)]
     kv_heads = per_block(header.arch_value("attention.head_count_kv"), n_layer)
-    feed_forward = per_block(header.arch_value("feed_forward_length"), n_layer)
-    return [heads == 0 and (arch not in _FEED_FORWARD_BLOCKS or width == 0) for heads, width in zip(kv_heads, feed_forward)]
+    return [heads == 0 and keeps for heads, keeps in zip(kv_heads, _keeps_a_cache(header, n_layer))]
 
 
 def attending_blocks(header: GGUFHeader, recurrent: list[bool]) -> list[bool]:
     """Per block, whether it keeps a KV cache: every block that is not recurrent, except a feed-forward block of a hybrid
     that has them (nemotron_h: a block with a feed-forward width keeps nothing), and every block of a hybrid that is
     both (falcon-h1)."""
-    arch = header.architecture
-    if arch in _EVERY_BLOCK:
+    if header.architecture in _EVERY_BLOCK:
         return [True] * len(recurrent)
-    feed_forward = per_block(header.arch_value("feed_forward_length"), len(recurrent))
-    return [not flag and (arch not in _FEED_FORWARD_BLOCKS or width == 0) for flag, width in zip(recurrent, feed_forward)]
+    return [not flag and keeps for flag, keeps in zip(recurrent, _keeps_a_cache(header, len(recurrent)))]
+
+
+def _keeps_a_cache(header: GGUFHeader, n_layer: int) -> list[bool]:
+    """Per block, whether it keeps any cache: all but a hybrid's feed-forward blocks (nemotron_h)."""
+    if header.architecture not in _FEED_FORWARD_BLOCKS:
+        return [True] * n_layer
+    return [width == 0 for width in per_block(header.arch_value("feed_forward_length"), n_layer)]
 
 
 def state_row_bytes(header: GGUFHeader) -> int:
