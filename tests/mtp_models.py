@@ -1,19 +1,37 @@
 """A tiny model that carries its own draft head: llama.cpp's test-llama-archs writes no MTP (NextN) layers, so a tiny
 Qwen3.5 from it gets one appended here, as Qwen3.5/3.6 MTP GGUFs carry it: a copy of its full-attention block with the
 NextN tensors (eh_proj over [token embedding, hidden state], and its two norms) as block n_layer, and
-`nextn_predict_layers = 1`. llama.cpp loads it with `load_mtp` and drafts from it (random weights: the head rarely
-agrees with the target, which rollback tests want anyway).
+`nextn_predict_layers = 1`. llama.cpp loads it with `load_mtp` and drafts from it.
+
+Its head is random (it rarely agrees with the target, which rollback tests want anyway), or made to agree, or never to:
+there the target's blocks add nothing to the residual stream (their output projections are zero), so the target
+predicts the next token from the current token's embedding alone; the head's eh_proj passes that embedding through
+(+I over the token half of [token, hidden]) and its block adds nothing, so it predicts the token after its input token
+exactly as the target will, on the same output norm and head. Negated (-I), every logit flips: its best token is the
+target's worst.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 
-def with_mtp_block(source: Path, path: Path, seed: int = 0) -> Path:
+class Head(Enum):
+    RANDOM = "random"
+    AGREES = "agrees"
+    DISAGREES = "disagrees"
+    NEAR = "near"  # as AGREES, but the head's block keeps its random projections: it agrees often, not always
+
+
+NEAR_SCALE = 30.0  # the head's own block outweighs the token it passes through now and then: about half its greedy drafts hold
+_OUTPUT_PROJECTIONS = (".attn_output.weight", ".ffn_down.weight", ".ssm_out.weight")
+
+
+def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RANDOM) -> Path:
     """`source` (a tiny qwen35) with one MTP block appended, written to `path`."""
     reader = GGUFReader(source)
     arch = str(reader.fields["general.architecture"].contents())
@@ -32,13 +50,26 @@ def with_mtp_block(source: Path, path: Path, seed: int = 0) -> Path:
             continue  # an empty array cannot be written; llama.cpp reads a missing key as empty
         writer.add_key_value(name, value, kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
     full = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith(".attn_q.weight"))
+    made = head is not Head.RANDOM
+
+    def data(tensor) -> np.ndarray:  # type: ignore[no-untyped-def]
+        values = np.array(tensor.data)
+        return np.zeros_like(values) if made and tensor.name.endswith(_OUTPUT_PROJECTIONS) else values
+
     for tensor in reader.tensors:
-        writer.add_tensor(tensor.name, np.array(tensor.data), raw_dtype=tensor.tensor_type)
+        writer.add_tensor(tensor.name, data(tensor), raw_dtype=tensor.tensor_type)
     for tensor in reader.tensors:
         if tensor.name.startswith(f"blk.{full}."):
-            writer.add_tensor(tensor.name.replace(f"blk.{full}.", f"blk.{n_layer}.", 1), np.array(tensor.data), raw_dtype=tensor.tensor_type)
+            values = data(tensor)
+            if head is Head.NEAR and tensor.name.endswith(_OUTPUT_PROJECTIONS):
+                values = np.array(tensor.data) * NEAR_SCALE
+            writer.add_tensor(tensor.name.replace(f"blk.{full}.", f"blk.{n_layer}.", 1), values, raw_dtype=tensor.tensor_type)
     rng = np.random.default_rng(seed)
-    writer.add_tensor(f"blk.{n_layer}.nextn.eh_proj.weight", (rng.standard_normal((n_embd, 2 * n_embd)) * 0.02).astype(np.float32))
+    eh_proj = (rng.standard_normal((n_embd, 2 * n_embd)) * 0.02).astype(np.float32)
+    if made:
+        sign = -1.0 if head is Head.DISAGREES else 1.0
+        eh_proj = np.hstack([sign * np.eye(n_embd), np.zeros((n_embd, n_embd))]).astype(np.float32)
+    writer.add_tensor(f"blk.{n_layer}.nextn.eh_proj.weight", eh_proj)
     writer.add_tensor(f"blk.{n_layer}.nextn.enorm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor(f"blk.{n_layer}.nextn.hnorm.weight", np.ones(n_embd, dtype=np.float32))
     writer.write_header_to_file()

@@ -10,7 +10,7 @@ import pytest
 
 from localspec.bench.runner import BENCH_DRAFTERS, parse_drafters
 from localspec.cli.main import build_parser
-from localspec.engine.drafters.registry import DEFAULT, DRAFTERS, spec
+from localspec.engine.drafters.registry import DEFAULT, DRAFTERS, PairParts, spec
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.errors import UsageError
@@ -39,10 +39,13 @@ def test_the_settings_accept_every_registered_drafter_and_no_other():
 
 def test_the_bench_sweeps_every_fixed_drafter():
     assert set(BENCH_DRAFTERS) == {name for name, row in DRAFTERS.items() if row.drafts and not row.chooses_k} == set(DRAFTERS) - {"auto", "none"}
-    without_draft = parse_drafters(None, have_draft_model=False)
-    assert without_draft == [name for name in BENCH_DRAFTERS if not DRAFTERS[name].needs_draft_model]
+    without_draft = parse_drafters(None, PairParts(draft_model=False))
+    assert without_draft == [name for name in BENCH_DRAFTERS if not DRAFTERS[name].needs_draft_model and not DRAFTERS[name].mtp_layers]
     with pytest.raises(UsageError, match="tree needs a draft model"):
-        parse_drafters("ngram,tree", have_draft_model=False)
+        parse_drafters("ngram,tree", PairParts(draft_model=False))
+    with pytest.raises(UsageError, match="mtp needs a target with MTP layers"):
+        parse_drafters("mtp", PairParts(draft_model=True))
+    assert "mtp" in parse_drafters(None, PairParts(draft_model=False, mtp_layers=True))
 
 
 def test_the_readme_lists_the_registry_in_order():
@@ -58,12 +61,16 @@ def test_unknown_names_are_a_clear_error():
 
 def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where_it_says(tiny, tmp_path):
     with Engine(EngineConfig(tiny["target"], tiny["same"], self_draft_dir=tmp_path)) as paired:
-        for name in DRAFTERS:
-            assert paired.decoder(name).drafter.name == name
+        for name, row in DRAFTERS.items():
+            if not row.mtp_layers:
+                assert paired.decoder(name).drafter.name == name
     with Engine(EngineConfig(tiny["target"], None, self_draft_dir=tmp_path)) as alone:
         for name, row in DRAFTERS.items():
             if row.needs_draft_model:
                 with pytest.raises(EngineError, match="need a draft model"):
+                    alone.decoder(name)
+            elif row.mtp_layers:  # the tiny target keeps none (tests/test_mtp.py builds one that does)
+                with pytest.raises(EngineError, match="carries no MTP layers"):
                     alone.decoder(name)
             else:
                 assert alone.decoder(name).drafter.name == name
@@ -71,8 +78,8 @@ def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where
 
 def test_the_target_holds_a_second_sequence_only_once_the_tree_is_used(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
-        for name in DRAFTERS:
-            if name != "tree" and name != "self":
+        for name, row in DRAFTERS.items():
+            if name != "tree" and name != "self" and not row.mtp_layers:
                 engine.decoder(name)
         assert engine.target.n_seq == 1
         engine.decoder("tree")

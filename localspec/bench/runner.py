@@ -36,6 +36,7 @@ from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
+from localspec.gguf.header import read_local_header
 from localspec.machine.device import device_record
 from localspec.session.generation_request import draft_p_min
 
@@ -96,10 +97,10 @@ def parse_p_mins(text: str) -> list[float]:
     return values
 
 
-def parse_drafters(text: str | None, have_draft_model: bool) -> list[str]:
+def parse_drafters(text: str | None, parts: registry.PairParts) -> list[str]:
     """The fixed drafters to sweep: as given (`none`: not one, so plain and auto alone), else every one this pair can run."""
     if text is None:
-        return [d for d in BENCH_DRAFTERS if have_draft_model or not registry.DRAFTERS[d].needs_draft_model]
+        return [d for d in BENCH_DRAFTERS if not parts.lacks(registry.DRAFTERS[d])]
     names = [part.strip() for part in text.split(",") if part.strip()]
     if names == [NO_FIXED_DRAFTER]:
         return []
@@ -107,11 +108,17 @@ def parse_drafters(text: str | None, have_draft_model: bool) -> list[str]:
     if unknown or not names:
         raise UsageError(f"--drafters takes a comma-separated list of {', '.join(BENCH_DRAFTERS)} (or {NO_FIXED_DRAFTER}: plain and "
                          f"auto alone), not {text!r}")
-    needing = [n for n in names if registry.DRAFTERS[n].needs_draft_model]
-    if needing and not have_draft_model:
-        without = ", ".join(d for d in BENCH_DRAFTERS if d in registry.NO_DRAFT_MODEL)
-        raise UsageError(f"{', '.join(needing)} {'needs' if len(needing) == 1 else 'need'} a draft model: give --draft (or --pair), or bench {without} only.")
+    for name in names:
+        if lacking := parts.lacks(registry.DRAFTERS[name]):
+            runnable = ", ".join(d for d in BENCH_DRAFTERS if not parts.lacks(registry.DRAFTERS[d]))
+            raise UsageError(f"{name} needs {lacking}, which this pair has not: give one (--draft, --pair or another target), "
+                             f"or bench {runnable} only.")
     return list(dict.fromkeys(names))
+
+
+def _carries_mtp_layers(target: Path) -> bool:
+    """Whether the target's file keeps MTP layers (the mtp drafter's head), from its header."""
+    return bool(read_local_header(target).arch_value("nextn_predict_layers"))
 
 
 def parse_ks(text: str) -> list[int]:
@@ -153,7 +160,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
     ks = parse_ks(args.draft_max)
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = select_prompts(load_prompts(args.prompts), args.only)
-    drafters = parse_drafters(args.drafters, args.draft is not None)
+    drafters = parse_drafters(args.drafters, registry.PairParts(args.draft is not None, _carries_mtp_layers(engine_config.target)))
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
     progress = BenchProgress(args.rounds * len(prompts) * len(modes))

@@ -52,7 +52,7 @@ class Engine:
         report = on_stage or (lambda _stage: None)
         report("loading the target")
         self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads,
-                                                             devices=config.target_devices), role="target", cancel=cancel)
+                                                       devices=config.target_devices, load_mtp=True), role="target", cancel=cancel)
         self.draft: Model | None = None
         self._self_draft: Model | None = None
         try:
@@ -69,8 +69,7 @@ class Engine:
             raise
         self.batch_costs: CostTable | None = None  # the slots' shared costs, once batch() opened several
         self._n_slots = 1
-        self._drafters: dict[str, Drafter] = {}
-        self._decoders: dict[str, Decoder] = {}
+        self._let_drafters_go()
         self.plain = self.decoder("none")
 
     @property
@@ -107,8 +106,7 @@ class Engine:
         """Several generations at once (a server's slots) on this pair. The caches reopen with a sequence per slot,
         empty, and the batch costs are timed (unless given): the drafters are made anew for the slots, and the
         one-sequence decoders are not to be used after this."""
-        self._drafters.clear()
-        self._decoders.clear()
+        self._let_drafters_go()
         self._n_slots = n_slots
         for model in (self.draft, self._self_draft):
             if model is not None:
@@ -159,7 +157,14 @@ class Engine:
         if cancel is not None and cancel.is_set():
             raise LoadCancelled("Loading the pair was cancelled.")
 
+    def _let_drafters_go(self) -> None:
+        for drafter in getattr(self, "_drafters", {}).values():  # none yet where the load failed
+            drafter.close()
+        self._drafters: dict[str, Drafter] = {}
+        self._decoders: dict[str, Decoder] = {}
+
     def close(self) -> None:
+        self._let_drafters_go()
         for model in (self.target, self.draft, self._self_draft):
             if model is not None:
                 model.close()

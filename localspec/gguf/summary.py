@@ -54,7 +54,7 @@ class ModelSummary:
         if not self.mtp_layers:
             return ""
         heads = f"{self.mtp_layers} MTP layer{'s' if self.mtp_layers > 1 else ''}"
-        return f"it carries {heads} (draft heads of its own); localspec does not draft with them yet, so the draft model and lookup draft for it"
+        return f"it carries {heads} (draft heads of its own): --drafter mtp drafts with them"
 
     def describe(self) -> str:
         context = f"context {self.context_length}" if self.context_length else "context unknown"

@@ -33,7 +33,7 @@ from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.costs import CostTable, calibrate
-from localspec.engine.drafters.base import Ask, Draft, Drafter
+from localspec.engine.drafters.base import Ask, Decoding, Draft, Drafter
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
@@ -178,6 +178,9 @@ class BatchScheduler:
         fork = steps[0].draft.fork if steps else None
         if fork is None:
             rows = self.target.decode_sequences(entries)  # the cells' record (Model.cells) takes every token in
+            readers = [step.drafter for step in steps] + [slot.job.request.drafter for slot, _ in chunks]
+            for drafter in {id(drafter): drafter for drafter in readers}.values():
+                drafter.target_read(entries)
         else:  # a lone slot's tree: both branches in one pass (_drafts kept the fork only there)
             tokens = [steps[0].slot.last, *steps[0].draft.tokens]
             rows = self.target.decode_tree(tokens[: fork.at + 1], tokens[fork.at + 1 :], fork.tokens)
@@ -350,14 +353,14 @@ class BatchScheduler:
         model cuts its own cells back when its sequence next begins."""
         prompt_cache.cut(slot, common_prefix(slot.cached, prompt))
 
-    def _models(self) -> list[Model]:
+    def _models(self) -> list[Decoding]:
         """The target and every model the busy slots' drafters decode with: whose decode time is the step's llama time."""
-        models = [self.target]
+        models: list[Decoding] = [self.target]
         for slot in self.slots:
             if slot.generation is not None:
                 models += [model for model in slot.generation.request.drafter.models if model not in models]
         return models
 
 
-def _decode_ns(models: Sequence[Model]) -> int:
+def _decode_ns(models: Sequence[Decoding]) -> int:
     return sum(model.decode_ns for model in models)

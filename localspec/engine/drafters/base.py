@@ -24,6 +24,15 @@ if TYPE_CHECKING:  # annotations only: the drafters never load a model themselve
     from localspec.engine.llama.model import Model
 
 
+class Decoding(Protocol):
+    """What a drafter decodes with (a Model, or the target's MTP head): the scheduler reads its llama time and, after a
+    failed pass, empties a sequence's cells."""
+
+    decode_ns: int
+
+    def forget(self, seq: int, from_pos: int = 0) -> int: ...
+
+
 class Decision(Protocol):
     """What a drafter that chooses its draft each step (auto) chose: the statistics record it by its label, beside the
     tokens it expected the step to emit."""
@@ -105,7 +114,7 @@ class Drafter(ABC):
 
     name: str = ""  # the registry's name: what the command line, the settings, the statistics and the bench say
     # The models it decodes with; the decoder reads their decode time (Model.decode_ns) for the Python-overhead figure.
-    models: tuple[Model, ...] = ()
+    models: tuple[Decoding, ...] = ()
     costs: CostTable | None = None  # the pass costs a drafter that prices its steps measures (auto); the bench reports them
 
     def begin(self, seq: int, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
@@ -114,6 +123,10 @@ class Drafter(ABC):
     def read(self, seq: int, n: int) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """The target has read the first `n` tokens of `seq`'s prompt: a drafter with a model of its own may read along,
         so its first draft does not pay for the whole prompt at once."""
+
+    def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:  # noqa: B027 (a hook)
+        """The target's pass just read these (token, position, sequence, wants_logits) entries, every slot's: a drafter
+        that drafts from the target's hidden states (mtp) takes them here, before anything decodes again."""
 
     @abstractmethod
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
@@ -135,6 +148,9 @@ class Drafter(ABC):
 
     def end(self, seq: int) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """`seq`'s answer ended (finished, stopped or cut); a drafter that keeps what it learned saves it here."""
+
+    def close(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """The engine lets the drafter go: a context it opened on the target's weights is freed before they are."""
 
     def forget_requests(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """Earlier requests' text no longer counts: the next answers start new sessions (the bench's prompts)."""

@@ -36,6 +36,7 @@ class DrafterSpec:
     self_draft: bool = False  # it drafts with the self draft cut from the target (loaded, and planned for, only then)
     sample_match: bool = False  # its tokens can be judged by sample-and-match too (it samples them from its own q)
     reference: bool = False  # it drafts as llama.cpp's llama-speculative-simple does: the bench sets them side by side
+    mtp_layers: bool = False  # it drafts with the target's own MTP layers (only a target whose GGUF carries them)
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -55,6 +56,8 @@ _SPECS = (
                 target_sequences=2, batchable=False, chain=False, constrained=False),
     DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
                 "draft_model", "build_self", self_draft=True),
+    DrafterSpec("mtp", "the target's own MTP layers draft (a Qwen3.5/3.6, GLM or MiMo GGUF that keeps them); no draft model",
+                False, "mtp", mtp_layers=True, sample_match=True),
     DrafterSpec("none", "plain decoding", False, "base", "build_none", drafts=False),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
@@ -64,6 +67,20 @@ ADAPTIVE = next(name for name, spec in DRAFTERS.items() if spec.chooses_k)  # th
 FIXED = tuple(name for name, spec in DRAFTERS.items() if spec.drafts and not spec.chooses_k)  # a drafter at a set K each
 BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batchable)
 NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
+
+
+@dataclass(frozen=True)
+class PairParts:
+    """What a pair offers the drafters beside its target: a draft model, MTP layers in the target's file."""
+
+    draft_model: bool
+    mtp_layers: bool = False
+
+    def lacks(self, row: DrafterSpec) -> str:
+        """What the pair lacks for `row` to run ('' where nothing)."""
+        if row.needs_draft_model and not self.draft_model:
+            return "a draft model"
+        return "a target with MTP layers" if row.mtp_layers and not self.mtp_layers else ""
 
 
 def spec(name: str) -> DrafterSpec:

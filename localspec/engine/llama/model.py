@@ -59,6 +59,7 @@ class ModelConfig:
     n_threads: int | None = None
     n_seq: int = 1  # 2 lets a tree draft's two branches share the cache (one unified KV buffer, so no context is lost)
     devices: tuple[int, ...] | None = None  # the GPU-type devices (ggml_backend_dev_t) to offload to; None: all
+    load_mtp: bool = False  # load the MTP layers a target may carry (the mtp drafter's head); llama.cpp skips them otherwise
 
     def resolved_gpu_layers(self) -> int:
         if self.n_gpu_layers is not None:
@@ -85,6 +86,7 @@ class Model:
 
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = config.resolved_gpu_layers()
+        model_params.load_mtp = config.load_mtp
         if config.devices is not None:  # NULL-terminated; llama.cpp copies the list during the load
             devices = (ctypes.c_void_p * (len(config.devices) + 1))(*config.devices, None)
             model_params.devices = ctypes.addressof(devices)
@@ -141,11 +143,8 @@ class Model:
         self._view = np.empty((0, 0), dtype=np.float32)
 
     def ensure_sequences(self, n_seq: int) -> None:
-        """Hold at least `n_seq` sequences (a tree draft's second branch), reopening the context if it holds fewer.
-
-        A single sequence is the fast default; the unified cache a second one needs is only made for a
-        drafter that uses it. The weights stay loaded; the cache starts empty (the next prompt refills it).
-        """
+        """Hold at least `n_seq` sequences (a tree draft's second branch), reopening the context if it holds fewer: one is
+        the fast default, a unified cache made only for a drafter that uses it. The weights stay; the cache starts empty."""
         if n_seq <= self.n_seq:
             return
         held = self.n_seq
@@ -177,6 +176,11 @@ class Model:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    @property
+    def handles(self) -> tuple[llama_cpp.llama_model_p, llama_cpp.llama_context_p]:
+        """The llama.cpp model and its current context (a new one after ensure_sequences): for a head that shares them."""
+        return self._model, self._ctx
 
     def __del__(self) -> None:
         self.close()
@@ -247,13 +251,9 @@ class Model:
         return rows
 
     def decode_tree(self, shared: Sequence[int], main: Sequence[int], branch: Sequence[int]) -> np.ndarray:
-        """One pass over two continuations that share `shared`: `main` in sequence 0, `branch` in sequence 1.
-
-        Sequence 1 first borrows sequence 0's whole cache (in a unified cache that only
-        tags the cells), so each branch attends to the context and to its own tokens, never
-        the other's. Returns a row per token, in the order shared, main, branch;
-        `settle_tree` then keeps one branch.
-        """
+        """One pass over two continuations that share `shared`: `main` in sequence 0, `branch` in sequence 1. Sequence 1
+        first borrows sequence 0's whole cache (a unified cache only tags the cells), so each branch attends to the context
+        and its own tokens, never the other's. A row per token, in the order shared, main, branch; `settle_tree` keeps one."""
         if self.n_seq < 2 or not self.forks:
             raise EngineError(f"{self.role} model holds one sequence, or a recurrent state; a tree draft needs two sequences "
                               "of an attention cache (ensure_sequences(2)).")

@@ -1,0 +1,92 @@
+"""The mtp drafter: a target drafts with its own MTP layers, through llama.cpp's MTP context, lossless.
+
+The targets are tiny Qwen3.5 models (hybrid: a recurrent block that rolls back through snapshots beside attention)
+with an MTP block appended (tests/mtp_models.py): a random head, one made to agree with its target, one that never
+does, and one that agrees about half the time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localspec.engine import prompt_passes
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.errors import EngineError
+from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.sampling import SamplingParams
+from tests import arch_models, mtp_models
+from tests.batch_runs import run_batch
+from tests.conftest import run
+from tests.goodness_of_fit import fit_p_value
+from tests.lossless import assert_lossless
+from tests.mtp_models import Head
+from tests.test_sampling_distribution import N_SEEDS, SAMPLING, SIGNIFICANCE, exact_joint, sample_with_drafts
+
+PROMPTS = [[1, 5, 9, 17, 3, 8, 22, 40], [7, 7, 2, 90, 31], [100, 4, 66, 12, 12, 8, 3, 3, 51, 9, 2], [45, 46, 47]]
+GREEDY = GenerationConfig(max_tokens=40, draft_max=4, draft_p_min=0.0)
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[Head, Path]:
+    root = tmp_path_factory.mktemp("mtp")
+    source = arch_models.write(root, "qwen35")
+    return {head: mtp_models.with_mtp_block(source, root / f"qwen35-mtp-{head.value}.gguf", head=head) for head in Head}
+
+
+def acceptance(runs) -> float:
+    drafted = sum(r.finished.stats.draft_n for r in runs)
+    assert drafted > 0
+    return sum(r.finished.stats.draft_n_accepted for r in runs) / drafted
+
+
+ACCEPTED = {Head.AGREES: (0.95, 1.0), Head.NEAR: (0.2, 0.9), Head.DISAGREES: (0.0, 0.0), Head.RANDOM: (0.0, 0.2)}
+
+
+@pytest.mark.parametrize("head", list(Head), ids=lambda head: head.value)
+def test_greedy_mtp_drafts_write_the_targets_own_answer_alone_and_in_four_slots(heads, head):
+    low, high = ACCEPTED[head]
+    with Engine(EngineConfig(heads[head], n_ctx=2048)) as engine:
+        plain = [run(engine.plain, prompt, GREEDY) for prompt in PROMPTS]
+        alone = [run(engine.decoder("mtp"), prompt, GREEDY) for prompt in PROMPTS]
+        for i, (expected, got) in enumerate(zip(plain, alone)):
+            assert_lossless(expected, got, label=f"prompt {i}, {head.value} head, alone")
+        assert low <= acceptance(alone) <= high
+
+        scheduler = engine.batch(4)
+        together = [collected.run for collected in run_batch(scheduler, [(prompt, GREEDY, engine.drafter("mtp")) for prompt in PROMPTS])]
+        for i, (expected, got) in enumerate(zip(plain, together)):
+            assert_lossless(expected, got, label=f"prompt {i}, {head.value} head, 4 slots")
+        assert low <= acceptance(together) <= high
+        for slot in scheduler.slots:
+            assert engine.target.cells_held(slot.seq) == len(slot.cached)
+
+
+def test_a_next_turn_drafts_from_the_cells_its_first_answer_left(heads):
+    """The second turn's prompt holds the first's prompt and answer: the head keeps their cells and the target's row at
+    their end, so the agreeing head is as right from the first draft on as if it had read everything again."""
+    prompt = [token for prompt in PROMPTS for token in prompt] * 6  # long enough for a snapshot to keep (prompt_passes)
+    with Engine(EngineConfig(heads[Head.AGREES], n_ctx=2048)) as engine:
+        first = run(engine.decoder("mtp"), prompt, GREEDY)
+        turn = [*prompt, *first.tokens, 9, 17]
+        again = run(engine.decoder("mtp"), turn, GREEDY)
+        assert again.finished.stats.cache_n >= prompt_passes.MIN_PASS
+        assert_lossless(run(engine.plain, turn, GREEDY), again, label="the next turn")
+        assert acceptance([again]) >= 0.95
+
+
+@pytest.mark.parametrize("verification", ["speculative", "sample-match"])
+def test_sampled_mtp_drafts_keep_the_targets_distribution(heads, verification):
+    with Engine(EngineConfig(heads[Head.NEAR], n_ctx=512)) as engine:
+        prompt = PROMPTS[0]
+        expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
+        samples, drafted = sample_with_drafts(engine.decoder("mtp"), prompt, verification, draft_max=3)
+        assert drafted > N_SEEDS
+        assert fit_p_value(samples, expected) > SIGNIFICANCE
+
+
+def test_a_target_without_mtp_layers_is_refused_with_what_to_do(heads, tmp_path):
+    plain_target = arch_models.write(tmp_path, "qwen35")
+    with Engine(EngineConfig(plain_target, n_ctx=512)) as engine, pytest.raises(EngineError, match="carries no MTP layers"):
+        engine.drafter("mtp")
