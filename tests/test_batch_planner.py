@@ -9,7 +9,7 @@ from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.auto.planner import PLAIN, Choice, Planner, SlotOptions
 from localspec.engine.drafters.ngram import Lookup
-from localspec.engine.tuning import EXPLORE_SHARE, MIN_PREFILL_CHUNK
+from localspec.engine.tuning import CLASS_EDGES, EXPLORE_SHARE, MIN_PREFILL_CHUNK
 from tests.test_drafters import GPU_LIKE, asked_before
 
 # A target whose passes cost nearly the same up to 4 tokens, then grow with every token (a GPU, or a Q8 target on a CPU).
@@ -212,3 +212,27 @@ def test_a_prompt_always_moves_unless_the_pass_is_full():
     assert prefill_budget(costs, 64, 1.0, 2048) >= MIN_PREFILL_CHUNK  # a step's worth buys no token: the floor still rides
     assert prefill_budget(costs, 2044, 1000.0, 2048) == 4  # the room the pass has left
     assert prefill_budget(costs, 2048, 1000.0, 2048) == 0
+
+
+def test_the_targets_mtp_head_is_priced_as_a_draft_model_is_and_never_continues_a_lookup_run():
+    """Where the target carries MTP layers and no draft model is loaded, the head is auto's model source: chosen where
+    its asks agree and its passes pay, at a GPU's costs and at a 2-core CPU's (a verify of 4 tokens at 1.6 one-token
+    passes, the head a tenth of the target); left where they never agree. It cannot continue a lookup run (it would
+    need the target's rows for the run's tokens), so no hybrid is offered."""
+    cpu = {1: 70.0, 2: 85.0, 4: 112.0, 8: 180.0, 16: 300.0}
+    short_run = [SlotOptions(8, Lookup([100, 101], match_length=2), 1)]
+    for verify in (CHEAP_TO_FOUR, cpu):
+        agreeing = Planner(CostTable.given(verify, 0.1 * verify[1]), has_draft_model=True, model_source=Source.MTP)
+        for asked_class in range(len(CLASS_EDGES) + 1):
+            for _ in range(20):
+                agreeing.observe_model(Choice(Source.MTP, 4, 5.0), asked_class, 4, 4)
+        [choice] = agreeing.plan(short_run)
+        assert choice.source is Source.MTP and choice.k >= 2 and choice.lookup_k == 0
+        never = Planner(CostTable.given(verify, 0.1 * verify[1]), has_draft_model=True, model_source=Source.MTP)
+        for asked_class in range(len(CLASS_EDGES) + 1):
+            for _ in range(20):
+                never.observe_model(Choice(Source.MTP, 4, 5.0), asked_class, 4, 0)
+        no_lookup = [SlotOptions(8, Lookup(), 1)]
+        steps = [never.plan(no_lookup)[0] for _ in range(200)]
+        spent_ms = sum(never.step_ms([step], no_lookup) for step in steps)  # none of a try's tokens accepted
+        assert spent_ms <= (1 + EXPLORE_SHARE) * 200 * never.step_ms([PLAIN], no_lookup)  # tries, from the budget only

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from localspec.engine import prompt_passes
+from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.generation_config import GenerationConfig
@@ -74,6 +75,22 @@ def test_a_next_turn_drafts_from_the_cells_its_first_answer_left(heads):
         assert again.finished.stats.cache_n >= prompt_passes.MIN_PASS
         assert_lossless(run(engine.plain, turn, GREEDY), again, label="the next turn")
         assert acceptance([again]) >= 0.95
+
+
+@pytest.mark.parametrize("head", [Head.NEAR, Head.DISAGREES], ids=lambda head: head.value)
+def test_auto_drafts_with_the_head_where_no_draft_model_is_loaded_losslessly(heads, head):
+    """auto's model source is the head (its passes timed at load as a draft model's are); whatever it chooses, each
+    answer is the target's own, alone and in four slots."""
+    with Engine(EngineConfig(heads[head], n_ctx=2048)) as engine:
+        auto = engine.drafter("auto")
+        assert auto.planner.model_source is Source.MTP and auto.costs.has_draft  # type: ignore[attr-defined]
+        plain = [run(engine.plain, prompt, GREEDY) for prompt in PROMPTS]
+        alone = [run(engine.decoder("auto"), prompt, GREEDY) for prompt in PROMPTS]
+        scheduler = engine.batch(4)
+        together = [collected.run for collected in run_batch(scheduler, [(prompt, GREEDY, engine.drafter("auto")) for prompt in PROMPTS])]
+        for i, (expected, one, four) in enumerate(zip(plain, alone, together)):
+            assert_lossless(expected, one, label=f"prompt {i}, auto on the {head.value} head, alone")
+            assert_lossless(expected, four, label=f"prompt {i}, auto on the {head.value} head, 4 slots")
 
 
 @pytest.mark.parametrize("verification", ["speculative", "sample-match"])

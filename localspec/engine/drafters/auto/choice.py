@@ -13,6 +13,7 @@ class Source(StrEnum):
     NONE = "none"  # plain decoding: nothing is drafted
     NGRAM = "ngram"  # prompt lookup
     MODEL = "model"  # the draft model
+    MTP = "mtp"  # the target's MTP head, where the target carries one and no draft model is loaded
     HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 
 
@@ -45,8 +46,8 @@ class Choice:
 
     @property
     def model_k(self) -> int:
-        """The draft model's share of the draft (all of it for the model, the rest after the lookup for a hybrid)."""
-        return self.k - self.lookup_k if self.source in (Source.MODEL, Source.HYBRID) else 0
+        """The model's share of the draft (all of it for the draft model or the head, the rest after the lookup for a hybrid)."""
+        return self.k - self.lookup_k if self.source in (Source.MODEL, Source.MTP, Source.HYBRID) else 0
 
 
 PLAIN = Choice(Source.NONE, 0, 1.0)

@@ -24,12 +24,15 @@ from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.catch_up import ResumeRuns
 from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
-from localspec.engine.drafters.auto.costs import CostTable, calibrate
+from localspec.engine.drafters.auto.costs import CostTable, calibrate, time_passes
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
+from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.drafters.ngram import Lookup, Lookups
+from localspec.engine.llama.mtp_head import mtp_layers
+from localspec.engine.tuning import CALIBRATION_REPEATS, CALIBRATION_SIZES
 
 
 @dataclass
@@ -49,14 +52,17 @@ class AutoDrafter(Drafter):
     name = "auto"
     costs: CostTable  # always: it prices every step
 
-    def __init__(self, costs: CostTable, model: ModelDrafter | None = None, lookups: Lookups | None = None,
+    def __init__(self, costs: CostTable, model: ModelDrafter | MtpDrafter | None = None, lookups: Lookups | None = None,
                  costs_file: Path | None = None) -> None:
+        """`model`: what drafts auto's model tokens, the draft model or, on a target that carries MTP layers and with no
+        draft model, the target's own head."""
         self.costs = costs
         self.costs_file = costs_file  # where the learned costs are kept between runs (None: not kept)
         self.model = model
         self.models = model.models if model is not None else ()
         self.lookups = lookups or Lookups()
-        self.planner = Planner(costs, model is not None)  # the policy and what it learns, kept across requests
+        source = Source.MTP if isinstance(model, MtpDrafter) else Source.MODEL
+        self.planner = Planner(costs, model is not None, source)  # the policy and what it learns, kept across requests
         self._answers: dict[int, _Answer] = {}
         self._drafting_ms = 0.0  # this step's draft-model passes, which the planner prices apart from the step's overhead
 
@@ -153,6 +159,10 @@ class AutoDrafter(Drafter):
         if self.model is not None:
             self.model.accept(seq, tokens)
 
+    def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
+        if self.model is not None:
+            self.model.target_read(entries)
+
     def observe_target(self, seq: int, row: np.ndarray) -> None:
         self._answer(seq).belief.observe_target(row)
 
@@ -166,8 +176,14 @@ class AutoDrafter(Drafter):
 
     def end(self, seq: int) -> None:
         """Keep what this answer taught about the costs for the next run."""
+        if self.model is not None:
+            self.model.end(seq)
         if self.costs_file is not None and not self.costs.fixed:
             cost_cache.save(self.costs_file, self.costs)
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model.close()
 
 
 def build(sources: DraftSources) -> Drafter:
@@ -180,5 +196,11 @@ def build(sources: DraftSources) -> Drafter:
     else:
         costs_file = cost_cache.cache_file(sources.cost_cache_dir, sources.target, sources.draft) if sources.cost_cache_dir else None
         costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, sources.draft)
-    model = ModelDrafter(sources.draft, lazy_start=True) if sources.draft is not None else None
+    model: ModelDrafter | MtpDrafter | None = None
+    if sources.draft is not None:
+        model = ModelDrafter(sources.draft, lazy_start=True)
+    elif mtp_layers(sources.target):
+        model = MtpDrafter(sources.target)
+        if not costs.has_draft:  # the head's passes, timed as a draft model's are
+            costs.draft = time_passes(model.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
     return AutoDrafter(costs, model, costs_file=costs_file)

@@ -21,12 +21,29 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from localspec.engine.tuning import CALIBRATION_REPEATS, CALIBRATION_SIZES, COST_DECAY, SPIKE, SPIKE_RUN
 
 if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
     from localspec.engine.llama.model import Model
+    from localspec.engine.llama.vocabulary import Vocabulary
+
+
+class Timed(Protocol):
+    """What time_passes runs: a Model, or the target's MTP head seen as one (MtpDrafter.timing_view)."""
+
+    @property
+    def n_batch(self) -> int: ...
+
+    @property
+    def vocab(self) -> Vocabulary: ...
+
+    def forget(self, seq: int, from_pos: int = 0) -> int: ...
+
+    def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray: ...
 
 
 
@@ -136,7 +153,7 @@ class CostTable:
             self.draft.observe(n, ms)
 
 
-def time_passes(model: Model, sizes: Sequence[int], repeats: int) -> PassCosts:
+def time_passes(model: Timed, sizes: Sequence[int], repeats: int) -> PassCosts:
     """Time `model` on each pass size, from an empty cache (then emptied again).
 
     Every size runs once untimed first. The machine's speed drifts (other load, clocks) by more than the differences

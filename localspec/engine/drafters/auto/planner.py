@@ -71,9 +71,12 @@ class Planner:
     """auto's choices and what they are learned from: the costs, lookup's and the draft model's acceptance, the
     exploration budget, the step's overhead (kept across requests)."""
 
-    def __init__(self, costs: CostTable, has_draft_model: bool) -> None:
+    def __init__(self, costs: CostTable, has_draft_model: bool, model_source: Source = Source.MODEL) -> None:
+        """`model_source`: what drafts auto's model tokens, the draft model or the target's MTP head (which cannot
+        continue a lookup run: it would need the target's rows for its tokens, so it makes no hybrid)."""
         self.costs = costs
         self.has_draft_model = has_draft_model and costs.has_draft
+        self.model_source = model_source
         self.draft_acceptance = ConfidenceClasses()
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
@@ -209,7 +212,9 @@ class Planner:
             model_k = min(options.cap, MODEL_K_MAX)
             model_expected = self._model_curve(options, model_k)
             vouched = self.draft_acceptance.vouched(options.belief.confidence.class_index, model_k)
-            found += [Choice(Source.MODEL, k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
+            found += [Choice(self.model_source, k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
+            if self.model_source is not Source.MODEL:
+                return found
             # The hybrid candidate is found as auto finds it; the ascent then weighs it in the batch like the others.
             hybrid = best_hybrid(self.costs, max(1, options.pending), options.belief.resume_runs.expected, n_lookup, options.cap,
                                  lookup_expected, lookup_survive, model_expected)
@@ -286,9 +291,9 @@ class Planner:
             alone = [slots[i]]
             own_rate = self._rate([choices[i]], alone)
             for k in range(1, min(slots[i].cap, MODEL_K_MAX) + 1):
-                if self._rate([Choice(Source.MODEL, k, 1 + hoped[k])], alone) <= own_rate:
+                if self._rate([Choice(self.model_source, k, 1 + hoped[k])], alone) <= own_rate:
                     continue
-                trial = [*choices[:i], Choice(Source.MODEL, k, 1 + expected[k]), *choices[i + 1 :]]
+                trial = [*choices[:i], Choice(self.model_source, k, 1 + expected[k]), *choices[i + 1 :]]
                 worst_tokens = sum(choice.predicted for choice in choices) - choices[i].predicted + 1  # the try's slot gets one
                 worst_loss = self.step_ms(trial, slots) - worst_tokens / best_rate
                 return trial if self.exploration.afford(worst_loss) else choices
