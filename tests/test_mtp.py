@@ -7,6 +7,8 @@ does, and one that agrees about half the time.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from tests import arch_models, mtp_models
 from tests.batch_runs import run_batch
 from tests.conftest import run
 from tests.goodness_of_fit import fit_p_value
+from tests.live_server import live_server
 from tests.lossless import assert_lossless
 from tests.mtp_models import Head
 from tests.test_sampling_distribution import N_SEEDS, SAMPLING, SIGNIFICANCE, exact_joint, sample_with_drafts
@@ -107,3 +110,23 @@ def test_a_target_without_mtp_layers_is_refused_with_what_to_do(heads, tmp_path)
     plain_target = arch_models.write(tmp_path, "qwen35")
     with Engine(EngineConfig(plain_target, n_ctx=512)) as engine, pytest.raises(EngineError, match="carries no MTP layers"):
         engine.drafter("mtp")
+
+
+def test_the_server_drafts_with_the_head_and_reports_it_as_llama_cpp_does(heads, tmp_path):
+    """A client asks for the mtp drafter on a server holding an MTP target (and two slots): the answer is plain
+    decoding's, its timings carry llama.cpp's draft counts, and /metrics counts them."""
+    prompt = PROMPTS[0]
+    body = {"prompt": prompt, "n_predict": 30, "temperature": 0, "speculative.p_min": 0.0}
+    with live_server(tmp_path, "--target", str(heads[Head.AGREES]), "--parallel", "2") as server:
+        status, plain = server.request("POST", "/completion", {**body, "localspec": {"drafter": "none"}})
+        assert status == 200, plain
+        status, drafted = server.request("POST", "/completion", {**body, "localspec": {"drafter": "mtp"}})
+        assert status == 200, drafted
+        assert drafted["content"] == plain["content"]
+        timings = drafted["timings"]
+        assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"]
+        metrics = server.request("GET", "/metrics")[1]
+        assert re.search(rf"^llamacpp:spec_decode_num_draft_tokens_total {timings['draft_n']}\b", metrics, re.MULTILINE), metrics
+    with live_server(tmp_path, "--target", str(arch_models.write(tmp_path, "qwen35")), "--parallel", "2") as server:
+        status, refused = server.request("POST", "/completion", {**body, "localspec": {"drafter": "mtp"}})
+        assert status == 400 and "mtp needs a target with MTP layers" in json.dumps(refused), refused

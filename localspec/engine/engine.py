@@ -23,6 +23,7 @@ from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.self_draft import cached_self_draft
 from localspec.engine.errors import EngineError, LoadCancelled
 from localspec.engine.llama.model import Model, ModelConfig
+from localspec.engine.llama.mtp_head import mtp_layers
 from localspec.engine.pair_check import check_pair
 from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
@@ -78,6 +79,11 @@ class Engine:
         nothing limits them. The command line, the server and the app say it once, at load."""
         reason = self.target.memory.reason
         return f"{self.target.path.name}: {reason}" if reason else ""
+
+    @property
+    def mtp_layers(self) -> int:
+        """The MTP layers the target keeps (the mtp drafter's head; 0: none)."""
+        return mtp_layers(self.target)
 
     @property
     def speculative(self) -> Decoder:
