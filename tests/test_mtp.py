@@ -8,7 +8,9 @@ does, and one that agrees about half the time.
 from __future__ import annotations
 
 import json
+import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,11 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.sampling import SamplingParams
+from localspec.gguf.header import read_local_header
+from localspec.machine.memory_plan import footprint
 from tests import arch_models, mtp_models
 from tests.batch_runs import run_batch
-from tests.conftest import run
+from tests.conftest import cli, run
 from tests.goodness_of_fit import fit_p_value
 from tests.live_server import live_server
 from tests.lossless import assert_lossless
@@ -130,3 +134,21 @@ def test_the_server_drafts_with_the_head_and_reports_it_as_llama_cpp_does(heads,
     with live_server(tmp_path, "--target", str(arch_models.write(tmp_path, "qwen35")), "--parallel", "2") as server:
         status, refused = server.request("POST", "/completion", {**body, "localspec": {"drafter": "mtp"}})
         assert status == 400 and "mtp needs a target with MTP layers" in json.dumps(refused), refused
+
+
+def test_the_memory_plan_counts_the_heads_cells_and_compute_buffer_as_llama_cpp_allocates_them(heads, tmp_path):
+    """The head's context keeps the MTP block's cells (planned as an attention block's) and a compute buffer of its own,
+    sized for HEAD_UBATCH tokens: the plan's bytes equal llama.cpp's log for both contexts."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    result = cli("generate", "--target", str(heads[Head.NEAR]), "--drafter", "mtp", "--raw", "--prompt", "hi", "--max-tokens", "4",
+                 "--ctx-size", "1024", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(result.stdout)["device"]["plan"]["models"]["target"]
+    log = (tmp_path / "state" / "localspec" / "log" / "llama.log").read_text()
+    mib = [float(v) for v in re.findall(r"(?:CPU KV|CPU RS) buffer size =\s+([\d.]+) MiB", log)]
+    assert len(mib) == 3  # the target's attention cells and recurrent states, then the head's cells
+    assert planned["kv_bytes"] / 2**20 == pytest.approx(sum(mib), abs=0.02)
+    head_compute = float(re.findall(r"sched_reserve:\s+CPU compute buffer size =\s+([\d.]+) MiB", log)[1])
+    without_head = footprint([replace(header := read_local_header(heads[Head.NEAR]), metadata={
+        key: value for key, value in header.metadata.items() if not key.endswith("nextn_predict_layers")})], 1024, "no head")
+    assert (planned["compute_bytes"] - without_head.compute_bytes) / 2**20 == pytest.approx(head_compute, rel=0.03)

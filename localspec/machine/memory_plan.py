@@ -28,6 +28,7 @@ from localspec.engine.drafters.self_draft import default_layers
 from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.engine.llama.memory import CHECKPOINTS, RECURRENT_SNAPSHOTS, MemoryKind, checkpoints_kept
 from localspec.engine.llama.model import DEFAULT_N_BATCH
+from localspec.engine.llama.mtp_head import HEAD_UBATCH
 from localspec.errors import LocalspecError
 from localspec.gguf import recurrent_state, sliding_window
 from localspec.gguf.header import GGUFHeader, per_block, read_local_header, tensor_bytes
@@ -159,6 +160,8 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     n_ff = max(per_block(first.arch_value("feed_forward_length"), n_layer) or [0])
     activations = max(n_vocab + 2 * n_embd, 2 * n_ff + 4 * n_embd)
     compute = n_batch * (2 * n_ctx + 4 * activations)
+    if first.arch_value("nextn_predict_layers"):  # the engine loads a target's MTP layers, and their head a context of its own
+        compute += min(HEAD_UBATCH, n_batch) * (2 * n_ctx + 4 * activations)  # (its cells are the MTP block's, counted above)
     return ModelFootprint(label, ModelSummary.from_headers(first).quantization, tuple(block_bytes), tuple(block_kv),
                           input_bytes, output_bytes, compute, head_copy, checkpoint_bytes)
 

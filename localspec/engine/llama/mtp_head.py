@@ -22,6 +22,11 @@ from localspec.engine.errors import EngineError, ModelLoadError
 from localspec.engine.llama import llama_log
 from localspec.engine.llama.model import Model
 
+# The head's passes read at most this many tokens at a time: llama.cpp reserves its compute buffer for a full ubatch of
+# logits, which at the target's 512 would cost a Qwen3.6's 248k-row vocabulary half a GB; drafts are a token per
+# sequence, and a queued prompt is read in pieces.
+HEAD_UBATCH = 64
+
 
 def mtp_layers(target: Model) -> int:
     """How many MTP layers llama.cpp loaded with the target (0: none in the file, or loaded without load_mtp)."""
@@ -54,7 +59,7 @@ class MtpHead:
             return False
         self.close()
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch = self.target.n_ctx, self.target.n_batch, self.target.n_batch
+        params.n_ctx, params.n_batch, params.n_ubatch = self.target.n_ctx, self.target.n_batch, min(HEAD_UBATCH, self.target.n_batch)
         params.n_seq_max, params.kv_unified = self.target.n_seq, self.target.n_seq > 1
         params.n_threads = params.n_threads_batch = self.target.n_threads
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
