@@ -31,8 +31,9 @@ NEAR_SCALE = 30.0  # the head's own block outweighs the token it passes through 
 _OUTPUT_PROJECTIONS = (".attn_output.weight", ".ffn_down.weight", ".ssm_out.weight")
 
 
-def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RANDOM) -> Path:
-    """`source` (a tiny qwen35) with one MTP block appended, written to `path`."""
+def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RANDOM, chat_template: str | None = None) -> Path:
+    """`source` (a tiny qwen35) with one MTP block appended, written to `path` (with a chat template where given: the
+    app formats conversations with it)."""
     reader = GGUFReader(source)
     arch = str(reader.fields["general.architecture"].contents())
     n_layer = int(reader.fields[f"{arch}.block_count"].contents())
@@ -49,6 +50,8 @@ def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RA
         if kind == GGUFValueType.ARRAY and not value:
             continue  # an empty array cannot be written; llama.cpp reads a missing key as empty
         writer.add_key_value(name, value, kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     full = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith(".attn_q.weight"))
     made = head is not Head.RANDOM
 

@@ -29,8 +29,10 @@ from localspec.tui.models_screen import ModelsScreen
 from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
+from tests import arch_models, mtp_models
 from tests.hub_server import Fault, LoopbackHub
 from tests.lossless import plain_text
+from tests.tiny_models import CHAT_TEMPLATE
 
 
 def local_pair(pair_id: str, target: Path, draft: Path) -> str:
@@ -111,6 +113,22 @@ async def test_a_prompt_streams_the_targets_own_text_and_the_statistics(setup: S
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[1].status == "max_tokens" and stored[1].stats["draft_n_accepted"] == stored[1].stats["draft_n"] > 0
     assert stored[1].pair_id == "tiny" and stored[1].settings["max_tokens"] == 40
+
+
+@run_async
+async def test_the_app_drafts_with_the_targets_mtp_head_and_shows_its_acceptance(setup: Setup, tmp_path: Path):
+    """A pair whose target keeps an MTP layer (made to agree with it), run with the mtp drafter: the answer is the
+    target's own, every head token accepted, and the statistics panel shows it by position."""
+    source = arch_models.write(tmp_path, "qwen35")
+    target = mtp_models.with_mtp_block(source, tmp_path / "qwen35-mtp.gguf", head=mtp_models.Head.AGREES, chat_template=CHAT_TEMPLATE)
+    setup.write(local_pair("mtp", target, source), last_pair="mtp", max_tokens=30, drafter="mtp", draft_p_min=0.0)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = await ask(pilot, app, "hello there")
+        assert view.text == plain_text(target, "hello there", 30)
+        snapshot = app.query_one(StatsPanel).last_snapshot
+        assert snapshot is not None and snapshot.acceptance_answer == 1.0
+        assert snapshot.acceptance_by_position and all(rate == 1.0 for rate in snapshot.acceptance_by_position)
 
 
 def slowed_generate(n_tokens: int, seconds_per_token: float = 0.02):  # type: ignore[no-untyped-def]
