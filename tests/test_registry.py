@@ -40,7 +40,8 @@ def test_the_settings_accept_every_registered_drafter_and_no_other():
 def test_the_bench_sweeps_every_fixed_drafter():
     assert set(BENCH_DRAFTERS) == {name for name, row in DRAFTERS.items() if row.drafts and not row.chooses_k} == set(DRAFTERS) - {"auto", "none"}
     without_draft = parse_drafters(None, PairParts(draft_model=False))
-    assert without_draft == [name for name in BENCH_DRAFTERS if not DRAFTERS[name].needs_draft_model and not DRAFTERS[name].mtp_layers]
+    assert without_draft == [name for name in BENCH_DRAFTERS if not PairParts(draft_model=False).lacks(DRAFTERS[name])]
+    assert "model" not in without_draft and "mtp" not in without_draft and "eagle3" not in without_draft
     with pytest.raises(UsageError, match="tree needs a draft model"):
         parse_drafters("ngram,tree", PairParts(draft_model=False))
     with pytest.raises(UsageError, match="mtp needs a target with MTP layers"):
@@ -51,7 +52,7 @@ def test_the_bench_sweeps_every_fixed_drafter():
 def test_the_readme_lists_the_registry_in_order():
     text = README.read_text(encoding="utf-8")
     section = text[text.index("and `--drafter`:") : text.index("- `none`")] + "- `none`"
-    assert re.findall(r"^- `([a-z]+)`", section, flags=re.MULTILINE) == list(DRAFTERS)
+    assert re.findall(r"^- `([a-z0-9]+)`", section, flags=re.MULTILINE) == list(DRAFTERS)
 
 
 def test_unknown_names_are_a_clear_error():
@@ -62,7 +63,7 @@ def test_unknown_names_are_a_clear_error():
 def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where_it_says(tiny, tmp_path):
     with Engine(EngineConfig(tiny["target"], tiny["same"], self_draft_dir=tmp_path)) as paired:
         for name, row in DRAFTERS.items():
-            if not row.mtp_layers:
+            if not row.mtp_layers and not row.eagle3_head:  # tests/test_mtp.py and test_eagle3.py build those
                 assert paired.decoder(name).drafter.name == name
     with Engine(EngineConfig(tiny["target"], None, self_draft_dir=tmp_path)) as alone:
         for name, row in DRAFTERS.items():
@@ -72,6 +73,9 @@ def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where
             elif row.mtp_layers:  # the tiny target keeps none (tests/test_mtp.py builds one that does)
                 with pytest.raises(EngineError, match="carries no MTP layers"):
                     alone.decoder(name)
+            elif row.eagle3_head:
+                with pytest.raises(EngineError, match="needs an EAGLE-3 head"):
+                    alone.decoder(name)
             else:
                 assert alone.decoder(name).drafter.name == name
 
@@ -79,7 +83,7 @@ def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where
 def test_the_target_holds_a_second_sequence_only_once_the_tree_is_used(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         for name, row in DRAFTERS.items():
-            if name != "tree" and name != "self" and not row.mtp_layers:
+            if name != "tree" and name != "self" and not row.mtp_layers and not row.eagle3_head:
                 engine.decoder(name)
         assert engine.target.n_seq == 1
         engine.decoder("tree")

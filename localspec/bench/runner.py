@@ -33,6 +33,7 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
@@ -116,9 +117,11 @@ def parse_drafters(text: str | None, parts: registry.PairParts) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _carries_mtp_layers(target: Path) -> bool:
-    """Whether the target's file keeps MTP layers (the mtp drafter's head), from its header."""
-    return bool(read_local_header(target).arch_value("nextn_predict_layers"))
+def _pair_parts(config: EngineConfig) -> registry.PairParts:
+    """What the pair's files offer the drafters, from their headers: a draft model or an EAGLE-3 head, MTP layers."""
+    eagle3 = config.draft is not None and read_local_header(config.draft).architecture == EAGLE3_ARCHITECTURE
+    mtp_layers = bool(read_local_header(config.target).arch_value("nextn_predict_layers"))
+    return registry.PairParts(config.draft is not None and not eagle3, mtp_layers, eagle3)
 
 
 def parse_ks(text: str) -> list[int]:
@@ -160,7 +163,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
     ks = parse_ks(args.draft_max)
     reference_p_mins = parse_p_mins(args.reference_p_min)
     prompts = select_prompts(load_prompts(args.prompts), args.only)
-    drafters = parse_drafters(args.drafters, registry.PairParts(args.draft is not None, _carries_mtp_layers(engine_config.target)))
+    drafters = parse_drafters(args.drafters, _pair_parts(engine_config))
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
     progress = BenchProgress(args.rounds * len(prompts) * len(modes))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair
 from localspec.engine.errors import PairMismatchError
-from localspec.engine.pair_check import check_pair
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_eagle3_head, check_pair
 from localspec.gguf.header import GGUFHeader, read_local_header
 from localspec.gguf.summary import ModelSummary
 from localspec.hub import cache
@@ -157,8 +157,14 @@ def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef) -> 
     start = time.perf_counter()
     target_report = read_model_header(config, target)
     draft_report = read_model_header(config, draft)
+    target_header, draft_header = target_report.header, draft_report.header
     try:
-        check_pair(target_report.header, draft_report.header)
+        if draft_header.architecture == EAGLE3_ARCHITECTURE:  # a head over the target's layers, not a model of its own
+            check_eagle3_head(target.label, int(target_header.arch_value("block_count") or 0),
+                              int(target_header.arch_value("embedding_length") or 0), draft.label,
+                              list(draft_header.arch_value("target_layers") or []), draft_header.arch_value("target_hidden_size"))
+        else:
+            check_pair(target_header, draft_header)
         problem = None
     except PairMismatchError as exc:
         problem = str(exc)

@@ -22,9 +22,11 @@ from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.self_draft import cached_self_draft
 from localspec.engine.errors import EngineError, LoadCancelled
+from localspec.engine.llama.eagle3_head import Eagle3File
+from localspec.engine.llama.gguf_file import architecture
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.llama.mtp_head import mtp_layers
-from localspec.engine.pair_check import check_pair
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_pair
 from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
 
@@ -55,9 +57,12 @@ class Engine:
         self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads,
                                                        devices=config.target_devices, load_mtp=True), role="target", cancel=cancel)
         self.draft: Model | None = None
+        self.eagle3: Eagle3File | None = None  # the pair's EAGLE-3 head, where its draft is one: the drafter loads it
         self._self_draft: Model | None = None
         try:
-            if config.draft is not None:
+            if config.draft is not None and architecture(config.draft) == EAGLE3_ARCHITECTURE:
+                self.eagle3 = Eagle3File(config.draft, config.draft_gpu_layers)
+            elif config.draft is not None:
                 self._check_cancel(cancel)
                 report("loading the draft")
                 self.draft = Model(config.draft, ModelConfig(config.draft_gpu_layers, config.n_ctx, n_threads=config.n_threads,
@@ -141,9 +146,18 @@ class Engine:
     def draft_model(self) -> Model:
         if self.draft is None:
             needing = [d.name for d in registry.DRAFTERS.values() if d.needs_draft_model]
+            if self.eagle3 is not None:
+                raise EngineError(f"The {', '.join(needing)} drafters need a draft model, and {self.eagle3.path.name} is an EAGLE-3 head: "
+                                  "run it with --drafter eagle3 (or auto), or give a draft model instead.")
             raise EngineError(f"The {', '.join(needing)} drafters need a draft model: give --draft (or a pair), "
                               f"or pick one that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
         return self.draft
+
+    def eagle3_head(self) -> Eagle3File:
+        if self.eagle3 is None:
+            raise EngineError("The eagle3 drafter needs an EAGLE-3 head made for the target: give it as --draft (a GGUF whose "
+                              "architecture is eagle3), or pick another drafter.")
+        return self.eagle3
 
     def self_draft(self) -> Model:
         """The target's first blocks, cut once into the cache directory and loaded on first use."""

@@ -7,6 +7,7 @@ generation. The rules are those of llama.cpp's common/speculative.cpp.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from localspec.engine.errors import PairMismatchError
@@ -67,3 +68,17 @@ def check_pair(target: TokenizerFacts, draft: TokenizerFacts) -> None:
         t, d = target.token_text(token), draft.token_text(token)
         if t != d:
             raise _refuse(f"token {token} is {t!r} in the target but {d!r} in the draft")
+
+
+EAGLE3_ARCHITECTURE = "eagle3"  # general.architecture of an EAGLE-3 head's GGUF: a head over the target's layers
+
+
+def check_eagle3_head(target: str, n_layer: int, n_embd: int, head: str, layers: Sequence[int], hidden: int | None) -> None:
+    """Raise PairMismatchError where the EAGLE-3 head `head` was made for another target than `target` (`n_layer`
+    blocks, rows `n_embd` wide): it reads three layers, each at most the last (the final hidden state), `hidden` wide."""
+    if len(layers) != 3 or any(not 0 <= layer <= n_layer for layer in layers):
+        raise PairMismatchError(f"{head} reads target layers {list(layers)}, but {target} has {n_layer}: it is an EAGLE-3 head "
+                                "for another model. Use the head made for this target.")
+    if hidden is not None and hidden != n_embd:
+        raise PairMismatchError(f"{head} reads hidden states {hidden} wide, but {target}'s are {n_embd}: it is an EAGLE-3 head "
+                                "for another model. Use the head made for this target.")

@@ -62,10 +62,11 @@ APP_NAMES = {"drafter": "drafter", "draft_max": "draft-max", "draft_p_min": "dra
 
 
 def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None = None,
-            names: Mapping[str, str] = CLI_NAMES, mtp_layers: bool = True) -> GenerationRequest:
+            names: Mapping[str, str] = CLI_NAMES, mtp_layers: bool = True, eagle3_head: bool = True) -> GenerationRequest:
     """The drafter and GenerationConfig for `asked`, on a pair whose draft model is loaded or not (`draft_model`), whose
-    target keeps MTP layers or not (True where not known yet: the engine says at load), and whose answers may fill
-    `context` tokens; the pair's recommended K and p-min where the request gives none."""
+    target keeps MTP layers or not and whose draft is an EAGLE-3 head or not (True where not known yet: the engine says
+    at load), and whose answers may fill `context` tokens; the pair's recommended K and p-min where the request gives
+    none."""
     drafter = asked.drafter or registry.DEFAULT
     if drafter not in registry.DRAFTERS:
         raise UsageError(f"{names['drafter']} must be one of {', '.join(registry.DRAFTERS)}, not {drafter!r}.")
@@ -78,9 +79,8 @@ def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None 
     if registry.DRAFTERS[drafter].needs_draft_model and not draft_model:
         raise UsageError(f"{names['drafter']} {drafter} needs a draft model, and none is loaded: load a pair with a draft, "
                          f"or pick a drafter that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
-    if lacking := registry.PairParts(draft_model, mtp_layers).lacks(registry.DRAFTERS[drafter]):
-        raise UsageError(f"{names['drafter']} {drafter} needs {lacking}, and this target has none: load a GGUF that keeps its "
-                         "MTP layers (often named -MTP), or pick another drafter.")
+    if lacking := registry.PairParts(draft_model, mtp_layers, eagle3_head).lacks(registry.DRAFTERS[drafter]):
+        raise UsageError(f"{names['drafter']} {drafter} needs {lacking}, and this pair has none: load one, or pick another drafter.")
     p_min = draft_p_min(asked.draft_p_min, pair)
     if not 0.0 <= p_min <= 1.0:
         raise UsageError(f"{names['draft_p_min']} must be from 0 to 1, not {p_min}.")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # annotations only: the drafters never load a model themselve
     from pathlib import Path
 
     from localspec.engine.drafters.auto.costs import CostTable
+    from localspec.engine.llama.eagle3_head import Eagle3File
     from localspec.engine.llama.model import Model
 
 
@@ -189,6 +190,15 @@ class DraftSources(Protocol):
 
     def self_draft(self) -> Model:
         """The target cut short (made and loaded on first use)."""
+        ...
+
+    @property
+    def eagle3(self) -> Eagle3File | None:
+        """The pair's EAGLE-3 head, where its draft is one (then it has no draft model)."""
+        ...
+
+    def eagle3_head(self) -> Eagle3File:
+        """The EAGLE-3 head, for a drafter that cannot work without one; a clear error when the pair has none."""
         ...
 
     @property

@@ -1,213 +1,31 @@
 """The target drafts for itself with its MTP layers (`mtp`): llama.cpp's draft-mtp, for every sequence asking at once.
 
-The head's cell at position p is made from token p and the target's hidden row at p - 1, and predicts token p + 1. So
-every token the target reads is queued for the head (`target_read`) beside the row the target gave the token before
-it, the first beside the row kept from the pass before (llama.cpp's pending_h). Once the verdict is known (`accept`),
-the rejected draft tokens leave the queue and the head's cells, and the target's row at the last accepted position is
-kept. A draft's first pass reads the queue and the target's own new token beside that row; the draft goes on from the
-head's own hidden rows, one pass a position for all sequences. llama.cpp reads the target's batch into the head right
-after each target pass; read with the first draft pass, it costs one llama_decode a step less, and auto, which asks
-the head only where it pays (its model source on a target without a draft model), pays the catch-up only then.
-
-The head has no recurrent state, so on a hybrid target (Qwen3.5) only the target's own rollback knows its memory kind;
-the head drops a tail as an attention cache does.
+The MTP head's cell at position p is made from token p and the target's final hidden row at p - 1, and predicts token
+p + 1 (head_drafter.py keeps it in step with the target).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
-from localspec.engine.drafters.draft_model import DraftOrder, next_draft_token
+from localspec.engine.drafters.base import Drafter, DraftSources
+from localspec.engine.drafters.head_drafter import HeadDrafter
 from localspec.engine.llama.model import Model
 from localspec.engine.llama.mtp_head import MtpHead
-from localspec.engine.llama.vocabulary import Vocabulary
-from localspec.engine.tokens import common_prefix
 
 
-@dataclass
-class _Sequence:
-    last: int | None = None  # the target's newest token, which its next pass reads (None: its prompt is being read)
-    first_pos: int = 0  # the position of the first row in `rows`
-    rows: np.ndarray | None = None  # the target's hidden rows of the last pass that read this sequence (copies)
-    pending_pos: int = -1  # the position whose target row comes before the next entry (-1: none kept)
-    pending: np.ndarray | None = None
-    unread: list[tuple[int, int]] = field(default_factory=list)  # (token, position) the target read and the head has not
-    unread_rows: list[np.ndarray] = field(default_factory=list)  # the target row before each
-
-
-class MtpDrafter(Drafter):
+class MtpDrafter(HeadDrafter):
     """Drafts with the target's own MTP head: no second model, the target's vocabulary by construction."""
 
     name = "mtp"
 
     def __init__(self, target: Model) -> None:
-        self.head = MtpHead(target)
-        self.models = (self.head,)
-        self._seqs: dict[int, _Sequence] = {}
-        self.passes: list[tuple[int, float]] = []  # the last draft's passes, (tokens, ms), as ModelDrafter's
+        super().__init__(MtpHead(target))
 
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
-        """The head keeps the cells it shares with the prompt; the row kept from before still pairs with the next entry
-        where its position lies within them."""
-        if self.head.refresh():
-            self._seqs.clear()
-        keep = self.head.forget(seq, common_prefix(self.head.tokens[seq], prompt))
-        state = self._seqs.get(seq, _Sequence())
-        self._seqs[seq] = _Sequence(pending_pos=state.pending_pos, pending=state.pending) if state.pending_pos < keep else _Sequence()
-
-    def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
-        """Queue the target's pass for the head (read in the next draft's first pass, or here once the queue is long),
-        each token with the target's row before it; keep each sequence's rows for its verdict (a prompt's: its last)."""
-        picked = [i for i, (_, _, seq, _) in enumerate(entries) if seq in self._seqs]
-        if not picked:
-            return
-        if self.head.refresh():  # the target reopened its context: every sequence starts over
-            for seq in self._seqs:
-                self._seqs[seq] = _Sequence(last=self._seqs[seq].last)
-        target_rows = self.head.target_rows(len(entries))
-        previous: dict[int, int] = {}  # each sequence's previous entry in the pass
-        by_seq: dict[int, list[int]] = {}
-        for i in picked:
-            token, pos, seq, _ = entries[i]
-            state = self._seqs[seq]
-            if seq in previous:
-                row = target_rows[previous[seq]].copy()
-            elif state.pending is not None and state.pending_pos == pos - 1:
-                row = state.pending
-            else:
-                row = np.zeros(self.head.n_embd, dtype=np.float32)
-            state.unread.append((token, pos))
-            state.unread_rows.append(row)
-            previous[seq] = i
-            by_seq.setdefault(seq, []).append(i)
-        for seq, indices in by_seq.items():
-            state = self._seqs[seq]
-            kept = indices if state.last is not None else indices[-1:]  # a prompt's tokens are all accepted text
-            state.first_pos = entries[kept[0]][1]
-            state.rows = target_rows[kept].copy()
-            if state.last is None:  # the prompt's next pass, or its first token's draft, pairs with its last row
-                state.pending_pos, state.pending = state.first_pos, state.rows[0]
-        if sum(len(state.unread) for state in self._seqs.values()) > self.head.target.n_batch // 2:
-            self._read_unread(list(self._seqs))
-
-    def _read_unread(self, seqs: Sequence[int]) -> None:
-        """The head reads what the sequences have queued, asking no rows: a queue kept short (its rows are copies)."""
-        entries: list[tuple[int, int, int, bool]] = []
-        rows: list[np.ndarray] = []
-        for seq in seqs:
-            state = self._seqs[seq]
-            if len(entries) + len(state.unread) > self.head.target.n_batch and entries:
-                self.head.decode(entries, np.stack(rows))
-                entries, rows = [], []
-            entries += [(token, pos, seq, False) for token, pos in state.unread]
-            rows += state.unread_rows
-            state.unread, state.unread_rows = [], []
-        if entries:
-            self.head.decode(entries, np.stack(rows))
-
-    def pending_tokens(self, seq: int) -> int:
-        """Tokens the target read that the head has not: what its next draft's first pass reads first."""
-        state = self._seqs.get(seq)
-        return len(state.unread) if state is not None else 0
-
-    def accept(self, seq: int, tokens: Sequence[int]) -> None:
-        """The target's last pass settled as `tokens` (its accepted draft tokens, then its own): the head keeps the cells
-        of the accepted text, and the target's row at its end pairs with the own token when the next draft starts."""
-        state = self._seqs.get(seq)
-        if state is None or state.rows is None:
-            return
-        accepted = min(len(tokens) - 1, len(state.rows) - 1)
-        state.pending_pos = state.first_pos + accepted
-        state.pending = state.rows[accepted]
-        state.last = tokens[-1]
-        kept = sum(1 for _, pos in state.unread if pos <= state.pending_pos)  # the rejected draft tokens go
-        del state.unread[kept:], state.unread_rows[kept:]
-        self.head.forget(seq, state.pending_pos + 1)
-
-    def propose(self, asks: Sequence[Ask]) -> list[Draft]:
-        return self.draft([DraftOrder.of(ask) for ask in asks])
-
-    def draft(self, orders: Sequence[DraftOrder]) -> list[Draft]:
-        """A draft per order (no lookup tokens before it: the head would need the target's rows for them), one head
-        pass a position: the first reads each sequence's queue, then its own token at its next position."""
-        self.passes = []
-        drafts = [Draft() for _ in orders]
-        active = [index for index, order in enumerate(orders)
-                  if order.k > 0 and (state := self._seqs.get(order.seq)) is not None and state.last is not None]
-        if sum(self.pending_tokens(orders[i].seq) + 1 for i in active) > self.head.target.n_batch:
-            self._read_unread([orders[i].seq for i in active])
-        entries: list[tuple[int, int, int, bool]] = []
-        rows: list[np.ndarray] = []
-        for index in active:
-            seq = orders[index].seq
-            state = self._seqs[seq]
-            assert not orders[index].after, "the head drafts from the accepted text only"
-            entries += [(token, pos, seq, False) for token, pos in state.unread]
-            rows += state.unread_rows
-            state.unread, state.unread_rows = [], []
-            entries.append((state.last, state.pending_pos + 1, seq, True))  # type: ignore[arg-type]
-            rows.append(state.pending if state.pending is not None else np.zeros(self.head.n_embd, dtype=np.float32))
-        while active:
-            start, n_entries = time.perf_counter_ns(), len(entries)
-            logits, hidden = self.head.decode(entries, np.stack(rows))
-            asking = [entry for entry in entries if entry[3]]
-            still: list[int] = []
-            entries, rows = [], []
-            for j, index in enumerate(active):
-                order, draft = orders[index], drafts[index]
-                chosen = next_draft_token(logits[j], order.p_min, order.sampling, order.rng)
-                if chosen is not None:
-                    draft.append(*chosen)
-                if chosen is not None and len(draft.tokens) < order.k:
-                    still.append(index)
-                    entries.append((chosen[0], asking[j][1] + 1, order.seq, True))
-                    rows.append(hidden[j].copy())
-            self.passes.append((n_entries, (time.perf_counter_ns() - start) / 1e6))
-            active = still
-        return drafts
-
-    def end(self, seq: int) -> None:
-        """The answer ended: the head reads what it queued, and its cells stay as a cache for the next prompt that
-        shares them (begin)."""
-        state = self._seqs.get(seq)
-        if state is not None:
-            self._read_unread([seq])
-            self._seqs[seq] = _Sequence(pending_pos=state.pending_pos, pending=state.pending)
-
-    def close(self) -> None:
-        self.head.close()
-
-    def timing_view(self) -> HeadTiming:
-        """The head as auto's calibration times a draft model (before any sequence uses it)."""
-        return HeadTiming(self.head)
-
-
-@dataclass
-class HeadTiming:
-    """The head decoding plain tokens from position 0 of sequence 0, each beside a zero row: what its passes cost."""
-
-    head: MtpHead
-
-    @property
-    def n_batch(self) -> int:
-        return self.head.target.n_batch
-
-    @property
-    def vocab(self) -> Vocabulary:
-        return self.head.target.vocab
-
-    def forget(self, seq: int, from_pos: int = 0) -> int:
-        return self.head.forget(seq, from_pos)
-
-    def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray:
-        first_output = len(tokens) - outputs
-        entries = [(token, pos, 0, pos >= first_output) for pos, token in enumerate(tokens)]
-        return self.head.decode(entries, np.zeros((len(tokens), self.head.n_embd), dtype=np.float32))[0]
+    def _token_rows(self, entries: Sequence[tuple[int, int, int, bool]], picked: list[int]) -> np.ndarray:
+        return self.head.target_rows(len(entries))[picked]  # type: ignore[attr-defined]
 
 
 def build(sources: DraftSources) -> Drafter:

@@ -37,6 +37,7 @@ class DrafterSpec:
     sample_match: bool = False  # its tokens can be judged by sample-and-match too (it samples them from its own q)
     reference: bool = False  # it drafts as llama.cpp's llama-speculative-simple does: the bench sets them side by side
     mtp_layers: bool = False  # it drafts with the target's own MTP layers (only a target whose GGUF carries them)
+    eagle3_head: bool = False  # it drafts with an EAGLE-3 head (--draft names one made for the target)
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -58,6 +59,8 @@ _SPECS = (
                 "draft_model", "build_self", self_draft=True),
     DrafterSpec("mtp", "the target's own MTP layers draft (a Qwen3.5/3.6, GLM or MiMo GGUF that keeps them); no draft model",
                 False, "mtp", mtp_layers=True, sample_match=True),
+    DrafterSpec("eagle3", "an EAGLE-3 head (--draft, an eagle3 GGUF made for the target) drafts from three of the target's layers",
+                False, "eagle3", eagle3_head=True, sample_match=True),
     DrafterSpec("none", "plain decoding", False, "base", "build_none", drafts=False),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
@@ -71,15 +74,18 @@ NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs
 
 @dataclass(frozen=True)
 class PairParts:
-    """What a pair offers the drafters beside its target: a draft model, MTP layers in the target's file."""
+    """What a pair offers the drafters beside its target: a draft model, MTP layers in the target's file, an EAGLE-3 head."""
 
     draft_model: bool
     mtp_layers: bool = False
+    eagle3_head: bool = False
 
     def lacks(self, row: DrafterSpec) -> str:
         """What the pair lacks for `row` to run ('' where nothing)."""
         if row.needs_draft_model and not self.draft_model:
             return "a draft model"
+        if row.eagle3_head and not self.eagle3_head:
+            return "an EAGLE-3 head (--draft, an eagle3 GGUF)"
         return "a target with MTP layers" if row.mtp_layers and not self.mtp_layers else ""
 
 

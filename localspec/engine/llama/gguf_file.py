@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
+
 from localspec.engine.errors import ModelLoadError
 
 GGUF_MAGIC = b"GGUF"
@@ -28,3 +30,11 @@ def check_gguf_file(path: Path) -> None:
             "localspec runs llama.cpp GGUF models: download a .gguf file, or convert the model "
             "with llama.cpp's convert_hf_to_gguf.py."
         )
+
+
+def architecture(path: Path) -> str:
+    """The file's `general.architecture` (an EAGLE-3 head's is eagle3: it is no draft model of its own)."""
+    check_gguf_file(path)
+    reader = gguf.GGUFReader(path)
+    field = reader.fields.get(gguf.Keys.General.ARCHITECTURE)
+    return str(field.contents()) if field is not None else ""

@@ -14,6 +14,7 @@ class Source(StrEnum):
     NGRAM = "ngram"  # prompt lookup
     MODEL = "model"  # the draft model
     MTP = "mtp"  # the target's MTP head, where the target carries one and no draft model is loaded
+    EAGLE3 = "eagle3"  # an EAGLE-3 head, where the pair's draft is one
     HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 
 
@@ -47,7 +48,7 @@ class Choice:
     @property
     def model_k(self) -> int:
         """The model's share of the draft (all of it for the draft model or the head, the rest after the lookup for a hybrid)."""
-        return self.k - self.lookup_k if self.source in (Source.MODEL, Source.MTP, Source.HYBRID) else 0
+        return self.k - self.lookup_k if self.source in (Source.MODEL, Source.MTP, Source.EAGLE3, Source.HYBRID) else 0
 
 
 PLAIN = Choice(Source.NONE, 0, 1.0)

@@ -29,6 +29,8 @@ from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
+from localspec.engine.drafters.eagle3 import Eagle3Drafter
+from localspec.engine.drafters.head_drafter import HeadDrafter
 from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.drafters.ngram import Lookup, Lookups
 from localspec.engine.llama.mtp_head import mtp_layers
@@ -52,16 +54,16 @@ class AutoDrafter(Drafter):
     name = "auto"
     costs: CostTable  # always: it prices every step
 
-    def __init__(self, costs: CostTable, model: ModelDrafter | MtpDrafter | None = None, lookups: Lookups | None = None,
+    def __init__(self, costs: CostTable, model: ModelDrafter | HeadDrafter | None = None, lookups: Lookups | None = None,
                  costs_file: Path | None = None) -> None:
-        """`model`: what drafts auto's model tokens, the draft model or, on a target that carries MTP layers and with no
-        draft model, the target's own head."""
+        """`model`: what drafts auto's model tokens: the draft model, else the pair's EAGLE-3 head, else the target's own
+        MTP head where it carries one."""
         self.costs = costs
         self.costs_file = costs_file  # where the learned costs are kept between runs (None: not kept)
         self.model = model
         self.models = model.models if model is not None else ()
         self.lookups = lookups or Lookups()
-        source = Source.MTP if isinstance(model, MtpDrafter) else Source.MODEL
+        source = Source(model.name) if isinstance(model, HeadDrafter) else Source.MODEL
         self.planner = Planner(costs, model is not None, source)  # the policy and what it learns, kept across requests
         self._answers: dict[int, _Answer] = {}
         self._drafting_ms = 0.0  # this step's draft-model passes, which the planner prices apart from the step's overhead
@@ -189,18 +191,22 @@ class AutoDrafter(Drafter):
 def build(sources: DraftSources) -> Drafter:
     # The costs come from the cache when this pair ran on this machine before; else a few target passes time them
     # now. The draft model reads the prompt only if auto picks it: where it never pays, the first token does not
-    # wait for a draft prefill.
-    # Several slots share the loop's costs, timed at batch sizes, and keep them to themselves.
+    # wait for a draft prefill. A head's passes (EAGLE-3, MTP) are timed at each load: the cache is keyed by the
+    # target and draft files, and a head is neither. Several slots share the loop's costs, timed at batch sizes, and
+    # keep them to themselves.
+    head: HeadDrafter | None = None
+    if sources.draft is None and sources.eagle3 is not None:
+        head = Eagle3Drafter(sources.target, sources.eagle3)
+    elif sources.draft is None and mtp_layers(sources.target):
+        head = MtpDrafter(sources.target)
+    costs_file = None
     if sources.batch_costs is not None:
-        costs, costs_file = sources.batch_costs, None
+        costs = sources.batch_costs
     else:
-        costs_file = cost_cache.cache_file(sources.cost_cache_dir, sources.target, sources.draft) if sources.cost_cache_dir else None
+        if sources.cost_cache_dir and head is None:
+            costs_file = cost_cache.cache_file(sources.cost_cache_dir, sources.target, sources.draft)
         costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, sources.draft)
-    model: ModelDrafter | MtpDrafter | None = None
-    if sources.draft is not None:
-        model = ModelDrafter(sources.draft, lazy_start=True)
-    elif mtp_layers(sources.target):
-        model = MtpDrafter(sources.target)
-        if not costs.has_draft:  # the head's passes, timed as a draft model's are
-            costs.draft = time_passes(model.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
+    if head is not None and not costs.has_draft:  # the head's passes, timed as a draft model's are
+        costs.draft = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
+    model = ModelDrafter(sources.draft, lazy_start=True) if sources.draft is not None else head
     return AutoDrafter(costs, model, costs_file=costs_file)
