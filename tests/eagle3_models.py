@@ -15,7 +15,9 @@ from enum import Enum
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFReader, GGUFWriter
+
+from tests.gguf_files import copy_fields, finish
 
 TARGET_BLOCKS = 4
 TARGET_LAYERS = (1, 2, 3)  # the target's layers whose inputs the head reads (low, middle, high)
@@ -28,24 +30,13 @@ class Head(Enum):
     DISAGREES = "disagrees"
 
 
-def _copy_fields(reader: GGUFReader, writer: GGUFWriter, changed: dict[str, object], keep: tuple[str, ...] = ("",)) -> None:
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture" or not name.startswith(keep):
-            continue
-        value = changed.get(name, field.contents())
-        kind = field.types[0]
-        if kind == GGUFValueType.ARRAY and not value:
-            continue  # an empty array cannot be written; llama.cpp reads a missing key as empty
-        writer.add_key_value(name, value, kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
-
-
 def llama_target(source: Path, path: Path, repeats: bool) -> Path:
     """`source` (test-llama-archs's llama) with its last block copied up to TARGET_BLOCKS blocks; where `repeats`, a
     target that repeats its last token (the module's docstring)."""
     reader = GGUFReader(source)
     n_layer = int(reader.fields["llama.block_count"].contents())
     writer = GGUFWriter(path, "llama")
-    _copy_fields(reader, writer, {"llama.block_count": TARGET_BLOCKS})
+    copy_fields(reader, writer, {"llama.block_count": TARGET_BLOCKS})
     tensors = {tensor.name: np.array(tensor.data) for tensor in reader.tensors}
     types = {tensor.name: tensor.tensor_type for tensor in reader.tensors}
     for name in list(tensors):
@@ -61,11 +52,7 @@ def llama_target(source: Path, path: Path, repeats: bool) -> Path:
         tensors["output_norm.weight"] = np.ones_like(tensors["output_norm.weight"])
     for name, values in tensors.items():
         writer.add_tensor(name, values, raw_dtype=types[name])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return finish(writer, path)
 
 
 def eagle3_head(target: Path, path: Path, head: Head, seed: int = 0, target_hidden_size: int | None = None) -> Path:
@@ -77,7 +64,7 @@ def eagle3_head(target: Path, path: Path, head: Head, seed: int = 0, target_hidd
     n_head = int(reader.fields["llama.attention.head_count"].contents())
     hidden = target_hidden_size or n_embd
     writer = GGUFWriter(path, "eagle3")
-    _copy_fields(reader, writer, {}, keep=("tokenizer.", "general.name"))
+    copy_fields(reader, writer, {}, keep=("tokenizer.", "general.name"))
     for key, value in (("block_count", 1), ("context_length", int(reader.fields["llama.context_length"].contents())),
                        ("embedding_length", n_embd), ("feed_forward_length", n_ff), ("attention.head_count", n_head),
                        ("attention.head_count_kv", n_head), ("vocab_size", int(reader.fields["llama.vocab_size"].contents())),
@@ -113,8 +100,4 @@ def eagle3_head(target: Path, path: Path, head: Head, seed: int = 0, target_hidd
     }
     for name, values in tensors.items():
         writer.add_tensor(name, values)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return finish(writer, path)

@@ -17,7 +17,9 @@ from enum import Enum
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFReader, GGUFWriter
+
+from tests.gguf_files import copy_fields, finish
 
 
 class Head(Enum):
@@ -39,17 +41,11 @@ def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RA
     n_layer = int(reader.fields[f"{arch}.block_count"].contents())
     n_embd = int(reader.fields[f"{arch}.embedding_length"].contents())
     writer = GGUFWriter(path, arch)
-    changed = {f"{arch}.block_count": n_layer + 1, f"{arch}.nextn_predict_layers": 1}
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        value = changed.get(name, field.contents())
-        if name == f"{arch}.attention.recurrent_layers":
-            value = [*value, False]  # the MTP block attends
-        kind = field.types[0]
-        if kind == GGUFValueType.ARRAY and not value:
-            continue  # an empty array cannot be written; llama.cpp reads a missing key as empty
-        writer.add_key_value(name, value, kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    recurrent = reader.fields.get(f"{arch}.attention.recurrent_layers")
+    changed: dict[str, object] = {f"{arch}.block_count": n_layer + 1, f"{arch}.nextn_predict_layers": 1}
+    if recurrent is not None:
+        changed[f"{arch}.attention.recurrent_layers"] = [*recurrent.contents(), False]  # the MTP block attends
+    copy_fields(reader, writer, changed)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
     full = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith(".attn_q.weight"))
@@ -75,8 +71,4 @@ def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RA
     writer.add_tensor(f"blk.{n_layer}.nextn.eh_proj.weight", eh_proj)
     writer.add_tensor(f"blk.{n_layer}.nextn.enorm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor(f"blk.{n_layer}.nextn.hnorm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return finish(writer, path)

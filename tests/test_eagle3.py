@@ -15,15 +15,10 @@ import pytest
 from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PairMismatchError
-from localspec.engine.generation_config import GenerationConfig
 from tests import arch_models, eagle3_models
-from tests.batch_runs import run_batch
-from tests.conftest import cli, run
+from tests.conftest import cli
 from tests.eagle3_models import Head
-from tests.lossless import assert_lossless
-
-PROMPTS = [[1, 5, 9, 17, 3, 8, 22, 40], [7, 7, 2, 90, 31], [100, 4, 66, 12, 12, 8, 3, 3, 51, 9, 2], [45, 46, 47]]
-GREEDY = GenerationConfig(max_tokens=40, draft_max=4, draft_p_min=0.0)
+from tests.head_runs import acceptance, lossless_alone_and_in_four_slots
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +33,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "wide": eagle3_models.eagle3_head(repeats, root / "eagle3-wide.gguf", Head.AGREES, target_hidden_size=512)}
 
 
-def acceptance(runs) -> float:
-    drafted = sum(r.finished.stats.draft_n for r in runs)
-    assert drafted > 0
-    return sum(r.finished.stats.draft_n_accepted for r in runs) / drafted
-
-
 CASES = {Head.AGREES: ("repeats", 1.0, 1.0), Head.DISAGREES: ("repeats", 0.0, 0.0), Head.RANDOM: ("random target", 0.0, 0.3)}
 
 
@@ -52,24 +41,15 @@ def test_greedy_eagle3_drafts_write_the_targets_own_answer_alone_and_in_four_slo
     target, low, high = CASES[head]
     with Engine(EngineConfig(models[target], models[head.value], n_ctx=2048)) as engine:
         assert engine.draft is None and engine.eagle3 is not None and engine.eagle3.path == models[head.value]  # a head, no draft model
-        plain = [run(engine.plain, prompt, GREEDY) for prompt in PROMPTS]
-        alone = [run(engine.decoder("eagle3"), prompt, GREEDY) for prompt in PROMPTS]
-        scheduler = engine.batch(4)
-        together = [collected.run for collected in run_batch(scheduler, [(prompt, GREEDY, engine.drafter("eagle3")) for prompt in PROMPTS])]
-        for i, (expected, one, four) in enumerate(zip(plain, alone, together)):
-            assert_lossless(expected, one, label=f"prompt {i}, {head.value} head, alone")
-            assert_lossless(expected, four, label=f"prompt {i}, {head.value} head, 4 slots")
+        alone, together = lossless_alone_and_in_four_slots(engine, "eagle3", f"the {head.value} head")
         assert low <= acceptance(alone) <= high and low <= acceptance(together) <= high
-        for slot in scheduler.slots:
-            assert engine.target.cells_held(slot.seq) == len(slot.cached)
 
 
 def test_auto_drafts_with_the_head_where_the_pairs_draft_is_one(models):
     with Engine(EngineConfig(models["repeats"], models[Head.AGREES.value], n_ctx=2048)) as engine:
         auto = engine.drafter("auto")
         assert auto.planner.model_source is Source.EAGLE3 and auto.costs.has_draft  # type: ignore[attr-defined]
-        for prompt in PROMPTS:
-            assert_lossless(run(engine.plain, prompt, GREEDY), run(engine.decoder("auto"), prompt, GREEDY), label="auto")
+        lossless_alone_and_in_four_slots(engine, "auto", "auto on the agreeing head")
 
 
 def test_a_head_made_for_another_target_is_refused_by_check_and_at_load(models):

@@ -19,21 +19,17 @@ from localspec.engine import prompt_passes
 from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
-from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.sampling import SamplingParams
 from localspec.gguf.header import read_local_header
 from localspec.machine.memory_plan import footprint
 from tests import arch_models, mtp_models
-from tests.batch_runs import run_batch
 from tests.conftest import cli, run
 from tests.goodness_of_fit import fit_p_value
+from tests.head_runs import GREEDY, PROMPTS, acceptance, lossless_alone_and_in_four_slots
 from tests.live_server import live_server
 from tests.lossless import assert_lossless
 from tests.mtp_models import Head
 from tests.test_sampling_distribution import N_SEEDS, SAMPLING, SIGNIFICANCE, exact_joint, sample_with_drafts
-
-PROMPTS = [[1, 5, 9, 17, 3, 8, 22, 40], [7, 7, 2, 90, 31], [100, 4, 66, 12, 12, 8, 3, 3, 51, 9, 2], [45, 46, 47]]
-GREEDY = GenerationConfig(max_tokens=40, draft_max=4, draft_p_min=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +39,6 @@ def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[Head, Path]:
     return {head: mtp_models.with_mtp_block(source, root / f"qwen35-mtp-{head.value}.gguf", head=head) for head in Head}
 
 
-def acceptance(runs) -> float:
-    drafted = sum(r.finished.stats.draft_n for r in runs)
-    assert drafted > 0
-    return sum(r.finished.stats.draft_n_accepted for r in runs) / drafted
-
-
 ACCEPTED = {Head.AGREES: (0.95, 1.0), Head.NEAR: (0.2, 0.9), Head.DISAGREES: (0.0, 0.0), Head.RANDOM: (0.0, 0.2)}
 
 
@@ -56,19 +46,8 @@ ACCEPTED = {Head.AGREES: (0.95, 1.0), Head.NEAR: (0.2, 0.9), Head.DISAGREES: (0.
 def test_greedy_mtp_drafts_write_the_targets_own_answer_alone_and_in_four_slots(heads, head):
     low, high = ACCEPTED[head]
     with Engine(EngineConfig(heads[head], n_ctx=2048)) as engine:
-        plain = [run(engine.plain, prompt, GREEDY) for prompt in PROMPTS]
-        alone = [run(engine.decoder("mtp"), prompt, GREEDY) for prompt in PROMPTS]
-        for i, (expected, got) in enumerate(zip(plain, alone)):
-            assert_lossless(expected, got, label=f"prompt {i}, {head.value} head, alone")
-        assert low <= acceptance(alone) <= high
-
-        scheduler = engine.batch(4)
-        together = [collected.run for collected in run_batch(scheduler, [(prompt, GREEDY, engine.drafter("mtp")) for prompt in PROMPTS])]
-        for i, (expected, got) in enumerate(zip(plain, together)):
-            assert_lossless(expected, got, label=f"prompt {i}, {head.value} head, 4 slots")
-        assert low <= acceptance(together) <= high
-        for slot in scheduler.slots:
-            assert engine.target.cells_held(slot.seq) == len(slot.cached)
+        alone, together = lossless_alone_and_in_four_slots(engine, "mtp", f"the {head.value} head")
+        assert low <= acceptance(alone) <= high and low <= acceptance(together) <= high
 
 
 def test_a_next_turn_drafts_from_the_cells_its_first_answer_left(heads):
@@ -91,13 +70,7 @@ def test_auto_drafts_with_the_head_where_no_draft_model_is_loaded_losslessly(hea
     with Engine(EngineConfig(heads[head], n_ctx=2048)) as engine:
         auto = engine.drafter("auto")
         assert auto.planner.model_source is Source.MTP and auto.costs.has_draft  # type: ignore[attr-defined]
-        plain = [run(engine.plain, prompt, GREEDY) for prompt in PROMPTS]
-        alone = [run(engine.decoder("auto"), prompt, GREEDY) for prompt in PROMPTS]
-        scheduler = engine.batch(4)
-        together = [collected.run for collected in run_batch(scheduler, [(prompt, GREEDY, engine.drafter("auto")) for prompt in PROMPTS])]
-        for i, (expected, one, four) in enumerate(zip(plain, alone, together)):
-            assert_lossless(expected, one, label=f"prompt {i}, auto on the {head.value} head, alone")
-            assert_lossless(expected, four, label=f"prompt {i}, auto on the {head.value} head, 4 slots")
+        lossless_alone_and_in_four_slots(engine, "auto", f"auto on the {head.value} head")
 
 
 @pytest.mark.parametrize("verification", ["speculative", "sample-match"])

@@ -14,6 +14,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from tests.gguf_files import finish
+
 N_EMBD = 64
 N_HEAD = 4
 N_HEAD_KV = 2
@@ -130,8 +132,4 @@ def write_tiny_model(path: Path, spec: TinySpec) -> Path:
         writer.add_chat_template(CHAT_TEMPLATE)
     for name, value in tensors.items():
         writer.add_tensor(name, value)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return finish(writer, path)

@@ -26,9 +26,9 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from localspec.engine.drafters.self_draft import default_layers
 from localspec.engine.llama.gguf_file import check_gguf_file
+from localspec.engine.llama.head_context import HEAD_UBATCH
 from localspec.engine.llama.memory import CHECKPOINTS, RECURRENT_SNAPSHOTS, MemoryKind, checkpoints_kept
 from localspec.engine.llama.model import DEFAULT_N_BATCH
-from localspec.engine.llama.mtp_head import HEAD_UBATCH
 from localspec.errors import LocalspecError
 from localspec.gguf import recurrent_state, sliding_window
 from localspec.gguf.header import GGUFHeader, per_block, read_local_header, tensor_bytes

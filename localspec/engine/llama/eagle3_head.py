@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ from llama_cpp import llama_cpp_ext
 from localspec.engine.errors import EngineError, ModelLoadError
 from localspec.engine.llama import llama_log
 from localspec.engine.llama.gguf_file import check_gguf_file
+from localspec.engine.llama.head_context import HEAD_UBATCH, HeadContext
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.pair_check import check_eagle3_head
 
@@ -53,9 +53,6 @@ def _bound() -> SimpleNamespace:
     return SimpleNamespace(**calls)
 
 
-HEAD_UBATCH = 64  # as the MTP head's (mtp_head.py): its compute buffer holds this many tokens' logits
-
-
 @dataclass(frozen=True)
 class Eagle3File:
     """A pair's EAGLE-3 head as the engine was given it: the file, and its GPU layers (None: all where a GPU is)."""
@@ -64,73 +61,51 @@ class Eagle3File:
     gpu_layers: int | None = None
 
 
-class Eagle3Head:
-    """The head's weights and context, the target layers it reads, and what each sequence's cells hold (the token at
-    each position, -1 where none)."""
+class Eagle3Head(HeadContext):
+    """The head's weights and context beside a loaded target, and the target layers it reads."""
+
+    name = "EAGLE-3 head"
 
     def __init__(self, target: Model, file: Eagle3File) -> None:
-        path = file.path
-        check_gguf_file(path)
-        self.target, self.path = target, path
+        check_gguf_file(file.path)
+        self.path = file.path
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = ModelConfig(file.gpu_layers).resolved_gpu_layers()
-        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        self._model = llama_cpp.llama_model_load_from_file(str(file.path).encode(), params)
         if not self._model:
-            raise ModelLoadError(f"llama.cpp could not load the EAGLE-3 head {path.name}: {'; '.join(llama_log.take_recent_errors()) or 'no reason given'}.")
-        self._ctx: int | None = None
-        self._target_ctx: int | None = None
-        self.decode_ns = 0
+            raise ModelLoadError(f"llama.cpp could not load the EAGLE-3 head {file.path.name} "
+                                 f"({'; '.join(llama_log.take_recent_errors()) or 'no reason given'}).")
         try:
+            super().__init__(target, int(llama_cpp.llama_model_n_embd(self._model)))
             self.layers = [int(_bound().layer_ids(self._model)[i]) for i in range(_bound().layer_ids_n(self._model))]
-            self.n_embd = int(llama_cpp.llama_model_n_embd(self._model))
             self.n_embd_target = int(llama_cpp.llama_model_n_embd(target.handles[0]))
-            self._check_fits()
+            check_eagle3_head(target.path.name, target.n_layer, self.n_embd_target, file.path.name, self.layers,
+                              self._metadata_int("eagle3.target_hidden_size"))  # before it reads a row
             self.refresh()
         except BaseException:
             self.close()
             raise
 
-    def _check_fits(self) -> None:
-        """A head made for another target is refused before it reads a row."""
-        check_eagle3_head(self.target.path.name, self.target.n_layer, self.n_embd_target, self.path.name, self.layers,
-                          self.metadata_int("eagle3.target_hidden_size"))
-
-    def metadata_int(self, key: str) -> int | None:
+    def _metadata_int(self, key: str) -> int | None:
         buf = ctypes.create_string_buffer(64)
         return int(buf.value) if llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf)) >= 0 else None
 
     def refresh(self) -> bool:
         """Pair with the target's current context (a new one after ensure_sequences), its cells empty; whether it did.
-        The target's every pass then keeps the three layers' inputs."""
+        The target's every pass then keeps the three layers' inputs. The head's `ctx_other` lends it the target's
+        embedding and output head, where its file has none of its own."""
         _, target_ctx = self.target.handles
         if target_ctx == self._target_ctx:
             return False
         self._close_context()
-        target = self.target
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch = target.n_ctx, target.n_batch, min(HEAD_UBATCH, target.n_batch)
-        params.n_seq_max, params.kv_unified = target.n_seq, target.n_seq > 1
-        params.n_threads = params.n_threads_batch = target.n_threads
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
-        params.ctx_other = target_ctx  # its token embedding and output head, where the file has none of its own
-        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
-        if not self._ctx:
-            raise ModelLoadError(f"Could not open the EAGLE-3 head's context for {self.path.name} "
-                                 f"({'; '.join(llama_log.take_recent_errors()) or 'no reason given'}).")
+        self._open(self._model, target_ctx, lambda params: None)
         for layer in self.layers:
-            if layer < target.n_layer:
+            if layer < self.target.n_layer:
                 _bound().set_layer_inp(target_ctx, layer, True)
             else:
                 llama_cpp_ext.llama_set_embeddings_nextn(target_ctx, True, False)
-        llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)  # the encoder's g rows, the decoder's pre-norm state
-        self._target_ctx = target_ctx
-        self._batch = llama_cpp.llama_batch_init(target.n_batch, self.n_embd, target.n_seq)
-        self._token_buffer = (llama_cpp.llama_token * target.n_batch)()
-        self._batch.token = self._token_buffer
-        self._embd = np.ctypeslib.as_array(self._batch.embd, shape=(target.n_batch, self.n_embd))
-        self._encoder = llama_cpp.llama_batch_init(target.n_batch, 3 * self.n_embd_target, 1)
-        self._features = np.ctypeslib.as_array(self._encoder.embd, shape=(target.n_batch, 3 * self.n_embd_target))
-        self.tokens: list[list[int]] = [[] for _ in range(target.n_seq)]
+        self._encoder = llama_cpp.llama_batch_init(self.target.n_batch, 3 * self.n_embd_target, 1)
+        self._features = np.ctypeslib.as_array(self._encoder.embd, shape=(self.target.n_batch, 3 * self.n_embd_target))
         return True
 
     def features(self, indices: Sequence[int]) -> np.ndarray:
@@ -142,75 +117,26 @@ class Eagle3Head:
                 llama_cpp_ext.llama_get_embeddings_nextn(self._target_ctx)
             layers.append(np.ctypeslib.as_array(pointer, shape=(n_entries, self.n_embd_target))[list(indices)])
         rows = np.empty((len(indices), self.n_embd), dtype=np.float32)
+        encoder = self._encoder
         for start in range(0, len(indices), HEAD_UBATCH):
             piece = slice(start, min(start + HEAD_UBATCH, len(indices)))
             n = piece.stop - piece.start
             self._features[:n] = np.concatenate([layer[piece] for layer in layers], axis=1)
-            encoder = self._encoder
             after = llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self._ctx), 0) + 1  # positions a batch checks
             for i in range(n):
                 encoder.pos[i], encoder.n_seq_id[i], encoder.logits[i] = after + i, 1, True
                 encoder.seq_id[i][0] = 0
             encoder.n_tokens = n
             self._run(llama_cpp.llama_encode, encoder, n)
-            rows[piece] = np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn(self._ctx), shape=(n, self.n_embd))
+            rows[piece] = self.own_rows(n)
         return rows
 
-    def decode(self, entries: Sequence[tuple[int, int, int, bool]], hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One decoder pass over (token, position, sequence, wants_logits) entries, the i-th beside `hidden[i]` (g, or
-        the head's own pre-norm state); each sequence's cells from its first entry on are dropped first. The logits
-        and pre-norm rows of the entries that want them (views, valid until the next pass)."""
-        n = len(entries)
-        firsts: dict[int, int] = {}
-        for _, pos, seq, _ in entries:
-            firsts.setdefault(seq, pos)
-        for seq, pos in firsts.items():
-            self.forget(seq, pos)
-        batch = self._batch
-        for i, (token, pos, seq, wants) in enumerate(entries):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, wants
-            batch.seq_id[i][0] = seq
-            held = self.tokens[seq]
-            held.extend([-1] * (pos - len(held)))
-            held.append(token)
-        self._embd[:n] = hidden
-        batch.n_tokens = n
-        self._run(llama_cpp.llama_decode, batch, n)
-        outputs = sum(1 for *_, wants in entries if wants)
-        if not outputs:
-            return np.empty((0, self.target.n_vocab), dtype=np.float32), np.empty((0, self.n_embd), dtype=np.float32)
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(outputs, self.target.n_vocab))
-        rows = np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn(self._ctx), shape=(outputs, self.n_embd))
-        return logits, rows
-
-    def _run(self, call: Callable[..., int], batch: llama_cpp.llama_batch, n: int) -> None:
-        start = time.perf_counter_ns()
-        rc = call(self._ctx, batch)
-        if rc == 0:
-            llama_cpp.llama_synchronize(self._ctx)
-        self.decode_ns += time.perf_counter_ns() - start
-        if rc != 0:
-            raise EngineError(f"llama.cpp could not run the EAGLE-3 head {self.path.name} over {n} tokens (code {rc}).")
-
-    def forget(self, seq: int, from_pos: int = 0) -> int:
-        held = self.tokens[seq] if seq < len(getattr(self, "tokens", [])) else []
-        if from_pos < len(held):
-            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx), seq, from_pos, -1)
-            del held[from_pos:]
-        return len(held)
-
     def _close_context(self) -> None:
-        for name in ("_batch", "_encoder"):
-            batch = getattr(self, name, None)
-            if batch is not None:
-                if name == "_batch":
-                    batch.token = ctypes.POINTER(llama_cpp.llama_token)()  # ours, not llama.cpp's to free
-                llama_cpp.llama_batch_free(batch)
-                setattr(self, name, None)
-        if getattr(self, "_ctx", None):
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
-        self._target_ctx = None
+        encoder = getattr(self, "_encoder", None)
+        if encoder is not None:
+            llama_cpp.llama_batch_free(encoder)
+            self._encoder = None
+        super().close()
 
     def close(self) -> None:
         """Free the context, then the weights."""
@@ -218,6 +144,3 @@ class Eagle3Head:
         if getattr(self, "_model", None):
             llama_cpp.llama_model_free(self._model)
             self._model = None
-
-    def __del__(self) -> None:
-        self.close()
