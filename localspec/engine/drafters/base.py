@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # annotations only: the drafters never load a model themselve
 
 
 class Decoding(Protocol):
-    """What a drafter decodes with (a Model, or the target's MTP head): the scheduler reads its llama time and, after a
-    failed pass, empties a sequence's cells."""
+    """What a drafter decodes with (a Model, or a draft head: MTP, EAGLE-3): the scheduler reads its llama time and, after
+    a failed pass, empties a sequence's cells."""
 
     decode_ns: int
 
@@ -127,7 +127,7 @@ class Drafter(ABC):
 
     def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:  # noqa: B027 (a hook)
         """The target's pass just read these (token, position, sequence, wants_logits) entries, every slot's: a drafter
-        that drafts from the target's hidden states (mtp) takes them here, before anything decodes again."""
+        that drafts from the target's hidden states (mtp, eagle3) takes them here, before anything decodes again."""
 
     @abstractmethod
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
