@@ -30,25 +30,28 @@ class Head(Enum):
 
 
 NEAR_SCALE = 30.0  # the head's own block outweighs the token it passes through now and then: about half its greedy drafts hold
-_OUTPUT_PROJECTIONS = (".attn_output.weight", ".ffn_down.weight", ".ssm_out.weight")
+FUSED_QKV = ("mimo2",)  # architectures whose MTP block has one q/k/v projection
+_OUTPUT_PROJECTIONS = (".attn_output.weight", ".ffn_down.weight", ".ssm_out.weight", ".ffn_down_exps.weight", ".ffn_down_shexp.weight")
 
 
 def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RANDOM, chat_template: str | None = None) -> Path:
-    """`source` (a tiny qwen35) with one MTP block appended, written to `path` (with a chat template where given: the
+    """`source` (a tiny qwen35, or an attention-only mimo2) with one MTP block appended, written to `path` (with a chat template where given: the
     app formats conversations with it)."""
     reader = GGUFReader(source)
     arch = str(reader.fields["general.architecture"].contents())
     n_layer = int(reader.fields[f"{arch}.block_count"].contents())
     n_embd = int(reader.fields[f"{arch}.embedding_length"].contents())
     writer = GGUFWriter(path, arch)
-    recurrent = reader.fields.get(f"{arch}.attention.recurrent_layers")
     changed: dict[str, object] = {f"{arch}.block_count": n_layer + 1, f"{arch}.nextn_predict_layers": 1}
-    if recurrent is not None:
-        changed[f"{arch}.attention.recurrent_layers"] = [*recurrent.contents(), False]  # the MTP block attends
+    for per_block in ("attention.recurrent_layers", "attention.sliding_window_pattern"):  # the MTP block attends, in full
+        if (field := reader.fields.get(f"{arch}.{per_block}")) is not None and isinstance(values := field.contents(), list):
+            changed[f"{arch}.{per_block}"] = [*values, False if per_block.endswith("layers") else 0]
     copy_fields(reader, writer, changed)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
-    full = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith(".attn_q.weight"))
+    # The block copied into the MTP block: one that attends with a dense feed-forward (MiMo-V2's MTP graph asserts both).
+    full = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith(".attn_q.weight")
+               and any(other.name == t.name.replace("attn_q", "ffn_gate") for other in reader.tensors))
     made = head is not Head.RANDOM
 
     def data(tensor) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -57,12 +60,18 @@ def with_mtp_block(source: Path, path: Path, seed: int = 0, head: Head = Head.RA
 
     for tensor in reader.tensors:
         writer.add_tensor(tensor.name, data(tensor), raw_dtype=tensor.tensor_type)
-    for tensor in reader.tensors:
-        if tensor.name.startswith(f"blk.{full}."):
-            values = data(tensor)
-            if head is Head.NEAR and tensor.name.endswith(_OUTPUT_PROJECTIONS):
-                values = np.array(tensor.data) * NEAR_SCALE
-            writer.add_tensor(tensor.name.replace(f"blk.{full}.", f"blk.{n_layer}.", 1), values, raw_dtype=tensor.tensor_type)
+    block = {tensor.name.removeprefix(f"blk.{full}."): tensor for tensor in reader.tensors if tensor.name.startswith(f"blk.{full}.")}
+    fused = arch in FUSED_QKV
+    for name, tensor in block.items():
+        if fused and name.startswith(("attn_q.", "attn_k.", "attn_v.")):
+            continue  # MiMo-V2's MTP block reads one fused projection, written below
+        values = data(tensor)
+        if head is Head.NEAR and tensor.name.endswith(_OUTPUT_PROJECTIONS):
+            values = np.array(tensor.data) * NEAR_SCALE
+        writer.add_tensor(f"blk.{n_layer}.{name}", values, raw_dtype=tensor.tensor_type)
+    if fused:
+        qkv = np.concatenate([np.array(block[f"attn_{part}.weight"].data) for part in "qkv"], axis=0)
+        writer.add_tensor(f"blk.{n_layer}.attn_qkv.weight", qkv)
     rng = np.random.default_rng(seed)
     eh_proj = (rng.standard_normal((n_embd, 2 * n_embd)) * 0.02).astype(np.float32)
     if made:

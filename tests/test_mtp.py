@@ -1,8 +1,8 @@
 """The mtp drafter: a target drafts with its own MTP layers, through llama.cpp's MTP context, lossless.
 
 The targets are tiny Qwen3.5 models (hybrid: a recurrent block that rolls back through snapshots beside attention)
-with an MTP block appended (tests/mtp_models.py): a random head, one made to agree with its target, one that never
-does, and one that agrees about half the time.
+and a tiny MiMo-V2 (attention only), with an MTP block appended (tests/mtp_models.py): a random head, one made to
+agree with its target, one that never does, and (Qwen3.5) one that agrees about half the time.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from localspec.engine import prompt_passes
 from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
+from localspec.engine.llama.memory import MemoryKind
 from localspec.engine.sampling import SamplingParams
 from localspec.gguf.header import read_local_header
 from localspec.machine.memory_plan import footprint
@@ -40,6 +41,25 @@ def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[Head, Path]:
 
 
 ACCEPTED = {Head.AGREES: (0.95, 1.0), Head.NEAR: (0.2, 0.9), Head.DISAGREES: (0.0, 0.0), Head.RANDOM: (0.0, 0.2)}
+
+
+@pytest.fixture(scope="module")
+def attention_only(tmp_path_factory: pytest.TempPathFactory) -> dict[Head, Path]:
+    """MTP heads on a tiny MiMo-V2 (attention only, a sliding-window block, a MoE block; its MTP block dense, with one
+    fused q/k/v projection, as llama.cpp's MiMo-V2 MTP graph asks)."""
+    root = tmp_path_factory.mktemp("mtp-mimo2")
+    source = arch_models.write(root, "mimo2")
+    return {head: mtp_models.with_mtp_block(source, root / f"mimo2-mtp-{head.value}.gguf", head=head)
+            for head in (Head.RANDOM, Head.AGREES, Head.DISAGREES)}
+
+
+@pytest.mark.parametrize("head", [Head.RANDOM, Head.AGREES, Head.DISAGREES], ids=lambda head: head.value)
+def test_an_attention_only_targets_mtp_head_drafts_losslessly_alone_and_in_four_slots(attention_only, head):
+    low, high = ACCEPTED[head]
+    with Engine(EngineConfig(attention_only[head], n_ctx=2048)) as engine:
+        assert engine.target.memory is MemoryKind.ATTENTION and engine.mtp_layers == 1
+        alone, together = lossless_alone_and_in_four_slots(engine, "mtp", f"mimo2, the {head.value} head")
+        assert low <= acceptance(alone) <= high and low <= acceptance(together) <= high
 
 
 @pytest.mark.parametrize("head", list(Head), ids=lambda head: head.value)
