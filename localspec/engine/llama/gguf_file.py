@@ -33,8 +33,11 @@ def check_gguf_file(path: Path) -> None:
 
 
 def architecture(path: Path) -> str:
-    """The file's `general.architecture` (an EAGLE-3 head's is eagle3: it is no draft model of its own)."""
+    """The file's `general.architecture` (an EAGLE-3 head's is eagle3: it is no draft model of its own); '' where the
+    file cannot say, as a download cut short (the loader then says what is wrong with it)."""
     check_gguf_file(path)
-    reader = gguf.GGUFReader(path)
-    field = reader.fields.get(gguf.Keys.General.ARCHITECTURE)
+    try:
+        field = gguf.GGUFReader(path).fields.get(gguf.Keys.General.ARCHITECTURE)
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError):  # gguf's reader ran past the end
+        return ""
     return str(field.contents()) if field is not None else ""
