@@ -31,6 +31,7 @@ from tests.live_server import live_server
 from tests.lossless import assert_lossless
 from tests.mtp_models import Head
 from tests.test_sampling_distribution import N_SEEDS, SAMPLING, SIGNIFICANCE, exact_joint, sample_with_drafts
+from tests.tiny_models import CHAT_TEMPLATE
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +146,28 @@ def test_the_memory_plan_counts_the_heads_cells_and_compute_buffer_as_llama_cpp_
     without_head = footprint([replace(header := read_local_header(heads[Head.NEAR]), metadata={
         key: value for key, value in header.metadata.items() if not key.endswith("nextn_predict_layers")})], 1024, "no head")
     assert (planned["compute_bytes"] - without_head.compute_bytes) / 2**20 == pytest.approx(head_compute, rel=0.03)
+
+
+def test_the_bench_runs_the_head_and_refuses_what_the_pair_lacks(tmp_path):
+    """On an MTP target with no draft model the bench runs mtp beside plain and auto, and refuses the drafters the pair
+    cannot run (an EAGLE-3 head's) with what to do. (The sweep is named: the default one adds the self draft, which
+    cut from this three-block model keeps only its recurrent block.)"""
+    source = arch_models.write(tmp_path, "qwen35")
+    target = mtp_models.with_mtp_block(source, tmp_path / "qwen35-mtp.gguf", head=Head.NEAR, chat_template=CHAT_TEMPLATE)
+    out = tmp_path / "bench.json"
+    result = cli("bench", "--target", str(target), "--drafters", "mtp,ngram", "--draft-max", "2", "--only", "chat-git",
+                 "--max-tokens", "16", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    labels = [mode["label"] for mode in json.loads(out.read_text())["modes"]]
+    assert "mtp K=2" in labels and not any(label.startswith(("model", "eagle3")) for label in labels), labels
+    refused = cli("bench", "--target", str(target), "--drafters", "eagle3")
+    assert refused.returncode != 0 and "eagle3 needs an EAGLE-3 head" in refused.stderr
+
+
+def test_a_self_draft_cut_from_an_mtp_target_keeps_no_mtp_layer(heads, tmp_path):
+    """The target's MTP block comes after its last block, so a draft of its first blocks keeps none: its header says
+    so (llama.cpp read the draft's last kept block as an MTP block and refused it)."""
+    with Engine(EngineConfig(heads[Head.NEAR], n_ctx=512, self_draft_dir=tmp_path, self_draft_layers=2)) as engine:
+        assert_lossless(run(engine.plain, PROMPTS[0], GREEDY), run(engine.decoder("self"), PROMPTS[0], GREEDY), label="self")
+        cut = next(tmp_path.glob("*.first2.gguf"))
+    assert read_local_header(cut).arch_value("nextn_predict_layers") == 0

@@ -79,10 +79,14 @@ def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
         value = field.contents()
         if field.name == block_count_key:
             value = n_layers
+        elif field.name == f"{arch}.nextn_predict_layers":
+            value = 0  # the target's MTP blocks come after its last block, so the draft keeps none
         elif field.name.startswith(f"{arch}.") and isinstance(value, list) and len(value) == total:
             value = value[:n_layers]  # per-layer settings (some architectures list head counts per block)
         elif field.name == gguf.Keys.General.NAME:
             value = f"{value} (first {n_layers} of {total} blocks)"
+        if kind == gguf.GGUFValueType.ARRAY and not value:
+            continue  # gguf cannot write an empty array; llama.cpp reads a missing key as one
         writer.add_key_value(field.name, value, kind, sub_type=sub_kind)
     kept = [t for t in reader.tensors if (layer := _layer_of(t.name)) is None or layer < n_layers]
     for tensor in kept:
