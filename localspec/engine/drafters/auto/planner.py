@@ -72,7 +72,7 @@ class Planner:
     exploration budget, the step's overhead (kept across requests)."""
 
     def __init__(self, costs: CostTable, has_draft_model: bool, model_source: Source = Source.MODEL) -> None:
-        """`model_source`: what drafts auto's model tokens, the draft model or the target's MTP head (which cannot
+        """`model_source`: what drafts auto's model tokens, the draft model or a head (MTP, EAGLE-3; a head cannot
         continue a lookup run: it would need the target's rows for its tokens, so it makes no hybrid)."""
         self.costs = costs
         self.has_draft_model = has_draft_model and costs.has_draft
