@@ -59,16 +59,18 @@ _COUNT = re.compile(r"\b(n_drafted|n_accept)\s+=\s+(\d+)")  # log lines carry a 
 
 
 def speculative_simple(
-    bin_dir: Path, target: Path, draft: Path, prompt_text: str, k: int, p_min: float, max_tokens: int, threads: int, n_ctx: int
+    bin_dir: Path, target: Path, draft: Path | None, spec_type: str, prompt_text: str, k: int, p_min: float, max_tokens: int, threads: int,
+    n_ctx: int,
 ) -> ReferenceRun:
-    """llama.cpp's speculative example at temperature 0 on exactly our rendered prompt."""
+    """llama.cpp's speculative example at temperature 0 on exactly our rendered prompt, drafting as `spec_type` does
+    (draft-simple: the draft model; draft-mtp: the target's MTP layers, no draft file; draft-eagle3: the EAGLE-3 head)."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8", delete=False) as f:
         f.write(prompt_text)
         prompt_file = f.name
     command = [
-        str(tool(bin_dir, "llama-speculative-simple")), "-m", str(target), "-md", str(draft), "-f", prompt_file,
+        str(tool(bin_dir, "llama-speculative-simple")), "-m", str(target), *(["-md", str(draft)] if draft else []), "-f", prompt_file,
         "-n", str(max_tokens), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads), "--temp", "0",
-        "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(p_min),
+        "--spec-type", spec_type, "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(p_min),
     ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, errors="replace", check=False)

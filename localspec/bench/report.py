@@ -213,19 +213,22 @@ def _print_llama_cpp_side_by_side(result: BenchResult, plain_all: GenerationStat
     print(f"llama-bench tg{n_gen} @ d{depth} (our workload): {matched:7.1f} tok/s  (runs: {', '.join(f'{v:.1f}' for v in result.llama_bench_matched)})")
     print(f"localspec plain:                          {ours_plain:7.1f} tok/s  ({ours_plain / tg:.2f} × tg64, {ours_plain / matched:.2f} × our workload)")
     auto = total(m for m in result.measurements if m.mode.adaptive)
-    for k in result.ks:
-        ours = total(m for m in result.measurements if m.mode.reference(k))
-        for p_min in sorted({r.p_min for r in result.reference}):
-            runs = [r.run for r in result.reference if r.k == k and r.p_min == p_min]
-            tokens = sum(r.n_predict for r in runs)
-            seconds = sum(r.n_predict / r.tokens_per_second for r in runs if r.tokens_per_second)
-            theirs = tokens / seconds if seconds else 0.0
-            accept = sum(r.n_accept for r in runs) / max(1, sum(r.n_drafted for r in runs))
-            line = f"K={k}: llama-speculative-simple (p-min {p_min:.2f}) {theirs:6.1f} tok/s ({100 * accept:5.1f}% accepted)"
-            if ours.n_steps:
-                ratio_to_theirs = ours.predicted_per_second / theirs if theirs else 0.0
-                line += (f"   localspec model {ours.predicted_per_second:6.1f} tok/s ({100 * ours.acceptance_rate:5.1f}% accepted), "
-                         f"ratio {ratio_to_theirs:.2f}")
-            if auto.n_steps:
-                line += f"   auto ratio {auto.predicted_per_second / theirs if theirs else 0.0:.2f}"
-            print(line)
+    for drafter, spec_type in result.reference_drafters():
+        for k in result.ks:
+            ours = total(m for m in result.measurements if m.mode.reference(drafter, k))
+            for p_min in sorted({r.p_min for r in result.reference}):
+                runs = [r.run for r in result.reference if r.drafter == drafter and r.k == k and r.p_min == p_min]
+                if not runs:
+                    continue
+                tokens = sum(r.n_predict for r in runs)
+                seconds = sum(r.n_predict / r.tokens_per_second for r in runs if r.tokens_per_second)
+                theirs = tokens / seconds if seconds else 0.0
+                accept = sum(r.n_accept for r in runs) / max(1, sum(r.n_drafted for r in runs))
+                line = f"K={k}: llama-speculative-simple {spec_type} (p-min {p_min:.2f}) {theirs:6.1f} tok/s ({100 * accept:5.1f}% accepted)"
+                if ours.n_steps:
+                    ratio_to_theirs = ours.predicted_per_second / theirs if theirs else 0.0
+                    line += (f"   localspec {drafter} {ours.predicted_per_second:6.1f} tok/s ({100 * ours.acceptance_rate:5.1f}% accepted), "
+                             f"ratio {ratio_to_theirs:.2f}")
+                if auto.n_steps:
+                    line += f"   auto ratio {auto.predicted_per_second / theirs if theirs else 0.0:.2f}"
+                print(line)

@@ -57,9 +57,9 @@ class Mode:
         """A drafter at a set K, the kind auto is compared against."""
         return self.drafter in registry.FIXED and self.verification == "speculative"
 
-    def reference(self, k: int) -> bool:
-        """The drafter llama.cpp's llama-speculative-simple matches, at K `k`, verified as it verifies (speculatively)."""
-        return self.spec.reference and self.k == k and self.verification == "speculative"
+    def reference(self, drafter: str, k: int) -> bool:
+        """`drafter` at K `k`, verified as llama.cpp's llama-speculative-simple verifies (speculatively): its side of a reference row."""
+        return self.drafter == drafter and self.k == k and self.verification == "speculative"
 
 
 PLAIN = Mode(registry.PLAIN, 0)
@@ -83,9 +83,11 @@ class Measurement:
 
 @dataclass(frozen=True)
 class ReferenceMeasurement:
-    """One llama-speculative-simple run: which prompt, K and p-min, and what it measured."""
+    """One llama-speculative-simple run: which prompt, drafter (drafting as llama.cpp's `--spec-type` of its registry row), K and
+    p-min, and what it measured."""
 
     prompt_id: str
+    drafter: str
     k: int
     p_min: float
     run: reference.ReferenceRun
@@ -108,6 +110,11 @@ class BenchResult:
     verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
     rounds: int = 1
     interrupted: bool = False  # Ctrl-C: only the prompts that finished every mode are kept
+
+    def reference_drafters(self) -> list[tuple[str, str]]:
+        """The drafters benched here that llama.cpp drafts as well, each with its `--spec-type`, in the modes' order."""
+        drafters = dict.fromkeys(mode.drafter for mode in self.modes if mode.spec.reference)
+        return [(drafter, spec_type) for drafter in drafters if (spec_type := registry.spec(drafter).reference)]
 
     def keep_finished_prompts(self) -> None:
         """After an interruption: drop the measurements of a prompt that did not finish every mode of its round (a

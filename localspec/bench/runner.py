@@ -231,14 +231,17 @@ def _bench_prompt(
     if sampling.greedy and prompt.id not in result.ceilings and costs is not None:
         auto_cap = max(mode.k for mode in modes if mode.adaptive)
         result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, costs.verify, auto_cap)
-    if args.llama_cpp_bin and not result.reference_error and engine.draft is not None and sampling.greedy:
+    if args.llama_cpp_bin and not result.reference_error and sampling.greedy:
         text = render_chat(engine.target, prompt.messages)
-        for k in result.ks:
-            for p_min in reference_p_mins:
-                run = _reference_step(result, partial(reference.speculative_simple, args.llama_cpp_bin, args.target, args.draft, text, k,
-                                                      p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
-                if run is not None:
-                    result.reference.append(ReferenceMeasurement(prompt.id, k, p_min, run))
+        for drafter, spec_type in result.reference_drafters():
+            row = registry.spec(drafter)
+            draft = args.draft if row.needs_draft_model or row.eagle3_head else None  # MTP layers live in the target's file
+            for k in result.ks:
+                for p_min in reference_p_mins:
+                    run = _reference_step(result, partial(reference.speculative_simple, args.llama_cpp_bin, args.target, draft, spec_type,
+                                                          text, k, p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
+                    if run is not None:
+                        result.reference.append(ReferenceMeasurement(prompt.id, drafter, k, p_min, run))
 
 
 def _say_self_draft(progress: BenchProgress, config: EngineConfig, drafters: list[str]) -> None:

@@ -35,7 +35,7 @@ class DrafterSpec:
     constrained: bool = True  # it drafts under a grammar and penalties (False: the request must pick another drafter)
     self_draft: bool = False  # it drafts with the self draft cut from the target (loaded, and planned for, only then)
     sample_match: bool = False  # its tokens can be judged by sample-and-match too (it samples them from its own q)
-    reference: bool = False  # it drafts as llama.cpp's llama-speculative-simple does: the bench sets them side by side
+    reference: str | None = None  # llama.cpp's --spec-type that drafts as it does: the bench runs llama-speculative-simple beside it
     mtp_layers: bool = False  # it drafts with the target's own MTP layers (only a target whose GGUF carries them)
     eagle3_head: bool = False  # it drafts with an EAGLE-3 head (--draft names one made for the target)
 
@@ -48,7 +48,7 @@ _SPECS = (
     DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
                 False, "auto.controller", chooses_k=True),
     DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", sample_match=True,
-                reference=True),
+                reference="draft-simple"),
     DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram"),
     DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
     DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
@@ -58,9 +58,9 @@ _SPECS = (
     DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
                 "draft_model", "build_self", self_draft=True),
     DrafterSpec("mtp", "the target's own MTP layers draft (a Qwen3.5/3.6, GLM or MiMo GGUF that keeps them); no draft model",
-                False, "mtp", mtp_layers=True, sample_match=True),
+                False, "mtp", mtp_layers=True, sample_match=True, reference="draft-mtp"),
     DrafterSpec("eagle3", "an EAGLE-3 head (--draft, an eagle3 GGUF made for the target) drafts from three of the target's layers",
-                False, "eagle3", eagle3_head=True, sample_match=True),
+                False, "eagle3", eagle3_head=True, sample_match=True, reference="draft-eagle3"),
     DrafterSpec("none", "plain decoding", False, "base", "build_none", drafts=False),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
