@@ -60,6 +60,10 @@ HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model 
 # accepted. Thin lookup bets get only what lookup won (thin_bets.py), so where nothing pays, this is all auto may lose.
 EXPLORE_SHARE = 0.02
 THIN_MATCH = 3  # a lookup match shorter than this, where the target is unsure, is thin evidence
+# A target pass of another size than the last one's pays for a new graph (auto/costs.py), and again when the steps return
+# to the size they had: a step that leaves the last size is priced this many changes. On the H200's costs (tests/
+# test_gpu_costs.py) auto ran at 0.74x the best fixed drafter blind to the changes, 0.89x pricing one, 1.00x two.
+SWITCH_LEGS = 2
 
 # --- the batch planner and scheduler (engine/batch/) ---------------------------------------------------------------
 ASCENT_ROUNDS = 2  # passes over the auto slots: a second one lets each slot answer the others' first choices

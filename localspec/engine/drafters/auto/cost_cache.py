@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 # Bumped when the table's meaning changes: older files are then ignored. 2: a draft token's cost includes its ask's sampling.
 # 3: the draft's passes have their own costs by size. 4: no size's first pass is timed (a GPU's tables priced its batches
-# at their one-off costs, and auto kept them).
-FORMAT = 4
+# at their one-off costs, and auto kept them). 5: a size's cost is that of a pass after one of its size; a change of
+# size is priced apart (costs.py).
+FORMAT = 5
 
 
 def _file_identity(model: Model) -> str:
@@ -48,11 +49,13 @@ def cache_file(directory: Path, target: Model, draft: Model | None) -> Path:
 
 
 def _pass_costs(data: dict[str, Any]) -> PassCosts:
-    return PassCosts({int(n): float(ms) for n, ms in data["ms"].items()}, {int(n): float(c) for n, c in data["observations"].items()})
+    return PassCosts({int(n): float(ms) for n, ms in data["ms"].items()}, {int(n): float(c) for n, c in data["observations"].items()},
+                     float(data["switch_ms"]), float(data["switch_observations"]))
 
 
 def _pass_data(costs: PassCosts) -> dict[str, Any]:
-    return {"ms": {str(n): ms for n, ms in sorted(costs.ms.items())}, "observations": {str(n): c for n, c in sorted(costs.observations.items())}}
+    return {"ms": {str(n): ms for n, ms in sorted(costs.ms.items())}, "observations": {str(n): c for n, c in sorted(costs.observations.items())},
+            "switch_ms": costs.switch_ms, "switch_observations": costs.switch_observations}
 
 
 def load(path: Path) -> CostTable | None:

@@ -12,6 +12,12 @@ A shape's first pass is not timed: it pays once for what later passes of that si
 compute graph allocated, on a GPU its kernels loaded). Timed, it priced the batches of a GPU far above their cost, and
 auto, drafting nothing, never ran a batch that could have corrected the price: it chose plain decoding on every step
 where the draft model ran 1.79x plain (issue 45, an H200).
+
+A pass of another size than the context's last one costs more again: llama.cpp reuses a context's last compute graph
+only for a batch of the same shape, and builds, allocates and (on CUDA) captures a new one otherwise. So each model's
+table holds the cost of a pass that repeats the last one's size, and apart the price of a change of size (switch_ms).
+On an H200 (a 7B-shaped Qwen3.5, issue 59) a change cost 2-3 ms beside 3.7 ms for one token: learned into the sizes'
+costs, it made auto's varying K look dear, and auto ran at 0.94x plain where the MTP head at a fixed K=2 ran 1.52x.
 """
 
 from __future__ import annotations
@@ -51,8 +57,10 @@ class Timed(Protocol):
 class PassCosts:
     """Milliseconds one model takes for a pass of n tokens: measured sizes, and how many passes taught each."""
 
-    ms: dict[int, float] = field(default_factory=dict)
+    ms: dict[int, float] = field(default_factory=dict)  # a pass of n tokens after one of n (the graph reused)
     observations: dict[int, float] = field(default_factory=dict)  # passes timed per size, calibration included
+    switch_ms: float = 0.0  # what a pass costs beyond that after one of another size (a new graph)
+    switch_observations: float = 0.0
     _spikes: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)  # spikes in a row, per size
     _sorted: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
     # Every size asked since the last lesson: auto prices a few dozen candidates a step from a score of sizes.
@@ -91,10 +99,23 @@ class PassCosts:
             self._sorted = sorted(self.ms)
         return self._sorted
 
-    def observe(self, n: int, ms: float) -> None:
+    def switch(self, last: int | None, n: int) -> float:
+        """The price of a pass of n tokens beyond cost(n), after one of `last` tokens (None: unknown, taken as the same)."""
+        return self.switch_ms if last is not None and last != n else 0.0
+
+    def observe(self, n: int, ms: float, switched: bool = False) -> None:
         """Learn from one pass. A single token is timed nearly every step, so it tracks the machine's speed (other
         load, clocks); when it moves, every size moves with it, or rarely timed sizes would keep costs from a faster
-        moment and look cheaper than they are."""
+        moment and look cheaper than they are. A pass after one of another size (`switched`) teaches the price of the
+        change, never its size's cost: at most a pass's own cost (a size's first pass loads kernels, a one-off)."""
+        if switched:
+            if self.ms:
+                excess = min(max(0.0, ms - self.cost(n)), self.cost(n))
+                weight = max(1 - COST_DECAY, 1 / (self.switch_observations + 1))
+                self.switch_ms += weight * (excess - self.switch_ms)
+                self.switch_observations += 1
+                self._asked.clear()
+            return
         old = self.ms.get(n)
         seen = self.observations.get(n, 0.0)
         spikes = self._spikes[n] = self._spikes.get(n, 0) + 1 if old is not None and ms > SPIKE * old else 0
@@ -122,10 +143,13 @@ class CostTable:
     fixed: bool = False  # costs measured elsewhere (a test, another machine): kept as given, not learned
 
     @classmethod
-    def given(cls, verify_ms: dict[int, float], draft_ms_per_token: float | None = None) -> CostTable:
-        """Fixed costs (a test's, another machine's); the draft's batches scale as the target's."""
-        draft = None if draft_ms_per_token is None else {n: draft_ms_per_token * ms / verify_ms[1] for n, ms in verify_ms.items()}
-        return cls(PassCosts(dict(verify_ms)), None if draft is None else PassCosts(draft), fixed=True)
+    def given(cls, verify_ms: dict[int, float], draft_ms_per_token: float | None = None, switch_ms: float = 0.0) -> CostTable:
+        """Fixed costs (a test's, another machine's); the draft's batches, and its change of size, scale as the target's."""
+        if draft_ms_per_token is None:
+            return cls(PassCosts(dict(verify_ms), switch_ms=switch_ms), fixed=True)
+        scale = draft_ms_per_token / verify_ms[1]
+        draft = PassCosts({n: scale * ms for n, ms in verify_ms.items()}, switch_ms=scale * switch_ms)
+        return cls(PassCosts(dict(verify_ms), switch_ms=switch_ms), draft, fixed=True)
 
     def verify(self, n: int) -> float:
         return self.target.cost(n)
@@ -139,47 +163,62 @@ class CostTable:
         assert self.draft is not None
         return self.draft.cost(n)
 
+    def draft_switches(self, last: int | None, sizes: Sequence[int]) -> float:
+        """The changes of size a chain of draft passes of `sizes` pays, after one of `last` tokens."""
+        if self.draft is None:
+            return 0.0
+        return sum(self.draft.switch(before, n) for before, n in zip([last, *sizes], sizes))
+
     @property
     def draft_ms_per_token(self) -> float:
         """A one-token draft step."""
         return self.draft_batch(1)
 
-    def observe_verify(self, n: int, ms: float) -> None:
+    def observe_verify(self, n: int, ms: float, switched: bool = False) -> None:
         if not self.fixed:
-            self.target.observe(n, ms)
+            self.target.observe(n, ms, switched)
 
-    def observe_draft(self, n: int, ms: float) -> None:
+    def observe_draft(self, n: int, ms: float, switched: bool = False) -> None:
         if not self.fixed and self.draft is not None:
-            self.draft.observe(n, ms)
+            self.draft.observe(n, ms, switched)
 
 
 def time_passes(model: Timed, sizes: Sequence[int], repeats: int) -> PassCosts:
-    """Time `model` on each pass size, from an empty cache (then emptied again).
+    """Time `model` on each pass size, from an empty cache (then emptied again): each size twice in a row, the first
+    after another size (a new graph), the second after its own (the graph reused).
 
     Every size runs once untimed first. The machine's speed drifts (other load, clocks) by more than the differences
     that decide K, so sizes are timed in turn within each repeat, each size's cost is taken relative to the single token timed beside it,
-    and the median of those ratios scales the median single-token time: a shape that drift does not bend.
+    and the median of those ratios scales the median single-token time: a shape that drift does not bend. The change
+    of size costs the median of what the first pass of each pair took beyond the second.
     """
     token = model.vocab.bos if model.vocab.bos >= 0 else 0
     sizes = [n for n in sizes if n <= model.n_batch]
     runs: dict[int, list[float]] = {n: [] for n in sizes}
+    switches: list[float] = []
     for n in sizes:  # untimed: the first pass of a shape pays for what later ones reuse (module docstring)
         model.forget(0)
         model.decode([token] * n, outputs=n)
     for _ in range(repeats):
         for n in sizes:
-            model.forget(0)
-            start = time.perf_counter()
-            model.decode([token] * n, outputs=n)
-            runs[n].append((time.perf_counter() - start) * 1000)
+            after_another, after_itself = (_timed_pass(model, token, n) for _ in range(2))
+            runs[n].append(after_itself)
+            switches.append(after_another - after_itself)
     model.forget(0)
-    costs = PassCosts()
+    costs = PassCosts(switch_ms=max(0.0, statistics.median(switches)) if len(sizes) > 1 else 0.0, switch_observations=repeats)
     if 1 in runs:
         one = statistics.median(runs[1])
         for n, times in runs.items():
             costs.ms[n] = one * statistics.median(ms / single for ms, single in zip(times, runs[1]))
             costs.observations[n] = repeats
     return costs
+
+
+def _timed_pass(model: Timed, token: int, n: int) -> float:
+    model.forget(0)
+    start = time.perf_counter()
+    model.decode([token] * n, outputs=n)
+    return (time.perf_counter() - start) * 1000
 
 
 def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = CALIBRATION_REPEATS) -> CostTable:

@@ -28,7 +28,7 @@ from localspec.engine.drafters.auto.confidence import ConfidenceClasses
 from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
-from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX, OVERHEAD_DECAY
+from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX, OVERHEAD_DECAY, SWITCH_LEGS
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,12 @@ class Planner:
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
         self.exploration = ExplorationBudget()
-        # A lone slot's draft-model pricing within one plan: (catch-up, one-token step) by (lookup_k, pending, catch-up share).
-        self._drafting_ms: dict[tuple[int, int, float], tuple[float, float]] = {}
+        # A lone slot's draft-model pricing within one plan: (catch-up, one-token step, change back to one token) by
+        # (lookup_k, pending, catch-up share).
+        self._drafting_ms: dict[tuple[int, int, float], tuple[float, float, float]] = {}
+        # The sizes of the last target and draft passes: a pass of another size pays for a new graph (costs.py).
+        self.last_verify: int | None = None
+        self.last_draft: int | None = None
 
     def start_answer(self) -> None:
         """A request starts: what earlier answers taught of the draft model stays a belief this one soon outweighs
@@ -241,36 +245,41 @@ class Planner:
         there (catch_up.catch_up_price, for a lone slot exactly that)."""
         if len(choices) == 1:
             return self._lone_step_ms(choices[0], slots[0], spread)
-        ms = self.overhead_ms + self.costs.verify(sum(choice.k + 1 for choice in choices))
+        n_verify = sum(choice.k + 1 for choice in choices)
+        ms = self.overhead_ms + self.costs.verify(n_verify) + SWITCH_LEGS * self.costs.target.switch(self.last_verify, n_verify)
         drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k]
         if drafting:
             # The first pass reads, for each drafting slot, what it has not seen (at least its last token) and a hybrid's
             # lookup tokens; it gives each one's first draft token.
             first = self.costs.draft_batch(sum(1 + choice.lookup_k for choice, _ in drafting))
-            whole = self.costs.draft_batch(sum(max(1, options.pending) + choice.lookup_k for choice, options in drafting))
+            n_whole = sum(max(1, options.pending) + choice.lookup_k for choice, options in drafting)
+            whole = self.costs.draft_batch(n_whole)
             missed = [max(1, options.pending) - 1 for _, options in drafting]
             share = 1.0
             n_missed = sum(missed)
             if spread and n_missed:
                 share = sum(m / options.belief.resume_runs.expected for m, (_, options) in zip(missed, drafting)) / n_missed
             ms += first + (whole - first) * share
-            for depth in range(2, max(choice.model_k for choice, _ in drafting) + 1):
-                ms += self.costs.draft_batch(sum(1 for choice, _ in drafting if choice.model_k >= depth))
+            deeper = [sum(1 for choice, _ in drafting if choice.model_k >= depth) for depth in range(2, max(choice.model_k for choice, _ in drafting) + 1)]
+            ms += sum(self.costs.draft_batch(n) for n in deeper) + self.costs.draft_switches(self.last_draft, [n_whole, *deeper])
         return ms
 
     def _lone_step_ms(self, choice: Choice, options: SlotOptions, spread: bool) -> float:
         """step_ms for a batch of one slot, in a few operations: auto prices a dozen candidates every step, and those of
         the draft model share their catch-up (kept for the plan in _drafting_ms)."""
-        ms = self.overhead_ms + self.costs.verify(choice.k + 1)
+        ms = self.overhead_ms + self.costs.verify(choice.k + 1) + SWITCH_LEGS * self.costs.target.switch(self.last_verify, choice.k + 1)
         if choice.model_k:
             share = 1 / options.belief.resume_runs.expected if spread and options.pending > 1 else 1.0
             key = (choice.lookup_k, options.pending, share)
             if key not in self._drafting_ms:
                 first = self.costs.draft_batch(1 + choice.lookup_k)
-                whole = self.costs.draft_batch(max(1, options.pending) + choice.lookup_k)
-                self._drafting_ms[key] = (first + (whole - first) * share, self.costs.draft_batch(1))
-            catch_up, per_token = self._drafting_ms[key]
-            ms += catch_up + (choice.model_k - 1) * per_token
+                n_whole = max(1, options.pending) + choice.lookup_k
+                whole = self.costs.draft_batch(n_whole)
+                # the catch-up's change of size, and the change back to one token for the rest
+                switches = self.costs.draft_switches(self.last_draft, [n_whole]), self.costs.draft_switches(n_whole, [1])
+                self._drafting_ms[key] = (first + (whole - first) * share + switches[0], self.costs.draft_batch(1), switches[1])
+            catch_up, per_token, back = self._drafting_ms[key]
+            ms += catch_up + (choice.model_k - 1) * per_token + (back if choice.model_k > 1 else 0.0)
         return ms
 
     def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
@@ -320,7 +329,8 @@ class Planner:
             self.draft_acceptance[asked_class].observe_asked(n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
 
     def observe_verify(self, n_tokens: int, ms: float) -> None:
-        self.costs.observe_verify(n_tokens, ms)
+        self.costs.observe_verify(n_tokens, ms, switched=self.last_verify not in (None, n_tokens))
+        self.last_verify = n_tokens
 
     def observe_overhead(self, ms: float) -> None:
         """A step's time outside its passes; not learned where the costs are given (they leave it out, as a ledger does)."""
@@ -330,4 +340,5 @@ class Planner:
 
     def observe_draft_pass(self, n_tokens: int, ms: float) -> None:
         """A draft pass of n tokens (a catch-up, or one token for each of n slots) teaches the draft's cost at that size."""
-        self.costs.observe_draft(n_tokens, ms)
+        self.costs.observe_draft(n_tokens, ms, switched=self.last_draft not in (None, n_tokens))
+        self.last_draft = n_tokens
