@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 from localspec.engine.drafters.auto.choice import Choice, Source
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookups
+from localspec.engine.pass_costs import CostTable
 
 
 class AlwaysHybridPlanner(Planner):

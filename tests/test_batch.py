@@ -12,11 +12,11 @@ import pytest
 from localspec.engine import prompt_passes
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import StopReason
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.sampling import SamplingParams, distribution
 from tests.batch_runs import Collected, run_batch
 from tests.conftest import run

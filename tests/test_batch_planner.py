@@ -6,9 +6,9 @@ from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.choice import Source
-from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.auto.planner import PLAIN, Choice, Planner, SlotOptions
 from localspec.engine.drafters.ngram import Lookup
+from localspec.engine.pass_costs import CostTable, PassCosts
 from localspec.engine.tuning import CLASS_EDGES, EXPLORE_SHARE, MIN_PREFILL_CHUNK
 from tests.test_drafters import GPU_LIKE, asked_before
 

@@ -14,7 +14,6 @@ from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.drafters.auto.edit_points import EditPoints
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Ask
@@ -24,6 +23,7 @@ from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, Lookup
 from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.pass_costs import CostTable, PassCosts
 from localspec.engine.stats import GenerationStats
 from localspec.engine.tuning import ACCEPTANCE_PRIOR_WEIGHT, FLAGGED, MATCH_CLASS_PRIORS
 from tests.conftest import run

@@ -23,10 +23,10 @@ import pytest
 
 from localspec import paths
 from localspec.engine.chat import raw_prompt_tokens
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.memory import CHECKPOINTS, RECURRENT_SNAPSHOTS, MemoryKind
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.sampling import SamplingParams
 from localspec.gguf.memory_kind import memory_kind
 from localspec.hub.config import HubConfig

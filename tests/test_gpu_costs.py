@@ -14,23 +14,23 @@ from pathlib import Path
 
 import pytest
 
+from localspec.engine import pass_costs as costs_module
 from localspec.engine import tuning
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder
-from localspec.engine.drafters.auto import costs as costs_module
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model, ModelConfig
+from localspec.engine.pass_costs import CostTable
 from tests.batch_runs import run_batch
 from tests.conftest import Run, run
 from tests.lossless import assert_lossless
 
-H200_VERIFY_MS = {1: 3.3, 5: 3.63}  # measured; other sizes extend along the same slope (costs.PassCosts)
+H200_VERIFY_MS = {1: 3.3, 5: 3.63}  # measured; other sizes extend along the same slope (pass_costs.PassCosts)
 H200_DRAFT_MS = 0.47
 TOKENS = 300
 FIXED_KS = (1, 2, 3, 4, 6, 8)

@@ -20,13 +20,13 @@ from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.choice import PLAIN
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.tuning import EXPLORE_SHARE
 from tests.conftest import Run, run

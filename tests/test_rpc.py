@@ -119,7 +119,7 @@ ASYNC_PASSES = (  # the scheduler at one slot over RPC, every target pass timed 
     "from localspec.engine.batch.scheduler import BatchScheduler\n"
     "from localspec.engine.chat import Message, chat_prompt_tokens\n"
     "from localspec.engine.drafters.auto.controller import AutoDrafter\n"
-    "from localspec.engine.drafters.auto.costs import calibrate\n"
+    "from localspec.engine.pass_costs import calibrate\n"
     "from localspec.engine.generation_config import GenerationConfig\n"
     "from localspec.engine.llama.model import Model, ModelConfig\n"
     "from tests.batch_runs import run_batch\n"

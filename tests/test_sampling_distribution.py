@@ -15,12 +15,12 @@ import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
 from localspec.engine.decode import Decoder
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookups, NgramDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.sampling import SamplingParams, distribution
 from tests.conftest import run
 from tests.forced_choices import AlwaysHybrid

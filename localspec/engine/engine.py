@@ -18,7 +18,6 @@ from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto import cost_cache
-from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.self_draft import cached_self_draft
 from localspec.engine.errors import EngineError, LoadCancelled
@@ -27,6 +26,7 @@ from localspec.engine.llama.gguf_file import architecture
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.llama.mtp_head import mtp_layers
 from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_pair
+from localspec.engine.pass_costs import CostTable, calibrate
 from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
 

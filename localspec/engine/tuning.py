@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from localspec.engine.drafters.edits import RESUMED
 
-# --- what the costs learn (auto/costs.py) -----------------------------------------------------------------------
+# --- what the pass costs learn (pass_costs.py) -------------------------------------------------------------------
 COST_DECAY = 0.97  # per observed pass: the last ~30 steps weigh most
 SPIKE = 2.0  # a pass slower than this many times its estimate is noise (a page fault, a busy core), not a cost...
 SPIKE_RUN = 3  # ...unless this many in a row at one size are: then the machine (or the estimate) changed
@@ -60,7 +60,7 @@ HYBRID_LOOKUP_MAX = 16  # lookup tokens a hybrid step may take before the model 
 # accepted. Thin lookup bets get only what lookup won (thin_bets.py), so where nothing pays, this is all auto may lose.
 EXPLORE_SHARE = 0.02
 THIN_MATCH = 3  # a lookup match shorter than this, where the target is unsure, is thin evidence
-# A target pass of another size than the last one's pays for a new graph (auto/costs.py), and again when the steps return
+# A target pass of another size than the last one's pays for a new graph (pass_costs.py), and again when the steps return
 # to the size they had: a step that leaves the last size is priced this many changes. On the H200's costs (tests/
 # test_gpu_costs.py) auto ran at 0.74x the best fixed drafter blind to the changes, 0.89x pricing one, 1.00x two.
 SWITCH_LEGS = 2

@@ -29,9 +29,9 @@ from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.base import Ask
 from localspec.engine.llama.model import Model, ModelConfig
+from localspec.engine.pass_costs import CostTable
 from tests.tools.confidence_table import best_and_probability
 
 K_CAP = 32  # auto's cap in the bench

@@ -17,11 +17,11 @@ from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.batch.slot import SlotRequest
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.base import NoDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.events import Finished
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.stats import GenerationStats
 from tests.conftest import TINY_SPECS
 from tests.tiny_models import write_tiny_model

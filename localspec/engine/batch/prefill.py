@@ -13,7 +13,7 @@ whose passes cost nearly alike, that is the largest allowed.
 
 from __future__ import annotations
 
-from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.tuning import MIN_PREFILL_CHUNK, STALL_FLOOR
 
 

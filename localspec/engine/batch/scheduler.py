@@ -32,11 +32,11 @@ from localspec.engine.batch import prompt_cache
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.drafters import registry
-from localspec.engine.drafters.auto.costs import CostTable, calibrate
 from localspec.engine.drafters.base import Ask, Decoding, Draft, Drafter
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
+from localspec.engine.pass_costs import CostTable, calibrate
 from localspec.engine.sampling import make_rng
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler

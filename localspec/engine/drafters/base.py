@@ -20,9 +20,9 @@ from localspec.engine.sampling import Distribution, SamplingParams
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
     from pathlib import Path
 
-    from localspec.engine.drafters.auto.costs import CostTable
     from localspec.engine.llama.eagle3_head import Eagle3File
     from localspec.engine.llama.model import Model
+    from localspec.engine.pass_costs import CostTable
 
 
 class Decoding(Protocol):

@@ -22,10 +22,10 @@ import numpy as np
 from localspec.engine.drafters.auto.agreement import CopyEffect
 from localspec.engine.drafters.auto.catch_up import ResumeRuns
 from localspec.engine.drafters.auto.confidence import TargetConfidence
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.edit_points import EditPoints
 from localspec.engine.drafters.auto.thin_bets import ThinBets
 from localspec.engine.drafters.ngram import Lookup
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.tuning import COPY_STEP, THIN_MATCH
 
 

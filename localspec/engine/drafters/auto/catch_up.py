@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.tuning import LOOKUP_SHARE_DECAY, NEW_ANSWER_LOOKUP_SHARE, RESUME_MIN, RUN_DECAY, RUN_PRIOR, RUN_PRIOR_WEIGHT
 
 

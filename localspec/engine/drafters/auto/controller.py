@@ -24,7 +24,6 @@ from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.catch_up import ResumeRuns
 from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
-from localspec.engine.drafters.auto.costs import CostTable, calibrate, time_passes
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
@@ -34,6 +33,7 @@ from localspec.engine.drafters.head_drafter import HeadDrafter
 from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.drafters.ngram import Lookup, Lookups
 from localspec.engine.llama.mtp_head import mtp_layers
+from localspec.engine.pass_costs import CostTable, calibrate, time_passes
 from localspec.engine.tuning import CALIBRATION_REPEATS, CALIBRATION_SIZES
 
 

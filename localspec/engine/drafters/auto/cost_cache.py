@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 
 from localspec.engine import json_cache
-from localspec.engine.drafters.auto.costs import CostTable, PassCosts
 from localspec.engine.llama import amx
+from localspec.engine.pass_costs import CostTable, PassCosts
 
 if TYPE_CHECKING:
     from localspec.engine.llama.model import Model
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # Bumped when the table's meaning changes: older files are then ignored. 2: a draft token's cost includes its ask's sampling.
 # 3: the draft's passes have their own costs by size. 4: no size's first pass is timed (a GPU's tables priced its batches
 # at their one-off costs, and auto kept them). 5: a size's cost is that of a pass after one of its size; a change of
-# size is priced apart (costs.py).
+# size is priced apart (engine/pass_costs.py).
 FORMAT = 5
 
 

@@ -25,9 +25,9 @@ from localspec.engine.drafters.auto.belief import SequenceBelief
 from localspec.engine.drafters.auto.catch_up import catch_up_price
 from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
-from localspec.engine.drafters.auto.costs import CostTable
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX, OVERHEAD_DECAY, SWITCH_LEGS
 
 
@@ -84,7 +84,7 @@ class Planner:
         # A lone slot's draft-model pricing within one plan: (catch-up, one-token step, change back to one token) by
         # (lookup_k, pending, catch-up share).
         self._drafting_ms: dict[tuple[int, int, float], tuple[float, float, float]] = {}
-        # The sizes of the last target and draft passes: a pass of another size pays for a new graph (costs.py).
+        # The sizes of the last target and draft passes: a pass of another size pays for a new graph (pass_costs.py).
         self.last_verify: int | None = None
         self.last_draft: int | None = None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.engine.drafters.auto.costs import CostTable
+from localspec.engine.pass_costs import CostTable
 
 
 @dataclass

@@ -1,8 +1,9 @@
-"""What auto knows of this machine: what a pass of n tokens costs the target (a verify) and the draft model (a catch-up,
-or n slots drafting together).
+"""What a pass of n tokens costs on this machine: the target's (a verify, or a batch of slots) and the draft model's or
+head's (a catch-up, or n slots drafting together). auto prices its steps with them, the decode loop sizes its prompt
+chunks by them, and the bench reports them.
 
 Measured briefly at first use (calibrate), then learned from every real pass
-(observe_verify, observe_draft), and kept between runs (cost_cache). The draft
+(observe_verify, observe_draft), and kept between runs (auto's cost_cache). The draft
 has its own table: a small Q4_K_M draft's batches scale worse than a Q8_0
 target's (16 tokens cost it 4.8 one-token passes against the target's 4.0 on
 this project's CPU), and pricing its catch-ups by the target's scale made the
