@@ -161,7 +161,7 @@ def test_a_cut_gguf_a_zero_layer_draft_and_a_url_that_is_not_one_get_a_sentence_
         (tmp_path / name).write_bytes(data[:cut])
         result = cli("make-draft", "--layers", "1", str(tmp_path / name), str(tmp_path / f"{name}.draft.gguf"))
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-        assert "is not a whole GGUF file" in result.stderr and "Download it again" in result.stderr
+        assert ("the file is truncated" in result.stderr or "is incomplete" in result.stderr) and "again" in result.stderr  # the header reader's words
         assert not list(tmp_path.glob(f"{name}.draft.gguf*"))
     zero = cli("make-draft", "--layers", "0", str(tmp_path / "never-read.gguf"), str(tmp_path / "out.gguf"))
     assert zero.returncode == 2 and "--layers 0 is out of range" in zero.stderr

@@ -137,6 +137,21 @@ def test_a_recurrent_target_without_snapshots_answers_plainly_and_says_why(archs
     assert json.loads(result.stdout)["stats"]["draft_n"] == 0
 
 
+def test_a_self_draft_of_a_hybrid_keeps_a_block_that_attends_or_is_refused(archs, tmp_path):
+    """A cut of a hybrid whose blocks are all recurrent made llama.cpp abort the process on loading it (GGML_ASSERT(buffer):
+    a cache of no cells). The tiny qwen35's first block is recurrent and its second attends, so of its two blocks no
+    self draft can keep one that attends and leave one out: every door says so instead of aborting."""
+    assert read_footprint(archs["qwen35"], 1024).cut_floor == 2 and read_footprint(archs["lfm2"], 1024).cut_floor == 1  # its first attends
+    assert read_footprint(archs["llama"], 1024).cut_floor == 1 and read_footprint(archs["mamba"], 1024).cut_floor == 1
+    for layers in ([], ["--self-layers", "1"]):
+        result = cli("generate", "--raw", "--target", str(archs["qwen35"]), "--drafter", "self", *layers, "--prompt", PROMPTS[0],
+                     "--max-tokens", "4")
+        assert result.returncode == 2 and "No self-draft can be cut from" in result.stderr, (result.returncode, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr
+    made = cli("make-draft", str(archs["qwen35"]), str(tmp_path / "cut.gguf"), "--layers", "1")
+    assert made.returncode == 2 and "No self-draft can be cut from" in made.stderr and not (tmp_path / "cut.gguf").exists()
+
+
 def test_a_window_model_keeps_the_small_cache_as_the_planner_counts_it(archs):
     n_ctx = 2048
     planned = read_footprint(archs["gemma3"], n_ctx)

@@ -248,7 +248,7 @@ def _say_self_draft(progress: BenchProgress, config: EngineConfig, drafters: lis
     """The self drafter writes a draft the size of a quarter of the target into the cache: say so before it does."""
     if not any(registry.spec(d).self_draft for d in drafters) or config.self_draft_dir is None:
         return
-    path = self_draft_path(config.target, config.self_draft_layers, config.self_draft_dir)
+    path = self_draft_path(config.target, config.self_draft_layers, config.self_draft_dir, config.self_draft_floor)
     if not path.exists():
         progress.stage(f"the self drafter cuts a draft from the target into {path.parent} (made once, kept; "
                        "`localspec clean` removes it)")

@@ -67,6 +67,7 @@ def engine_config_from_args(args: argparse.Namespace, with_draft: bool = True, p
         n_threads=args.threads,
         self_draft_dir=paths.self_draft_dir(),
         self_draft_layers=getattr(args, "self_layers", None),
+        self_draft_floor=plan.self_draft_floor,
         self_draft_gpu_layers=plan.self_draft_gpu_layers,
         cost_cache_dir=paths.cost_cache_dir(),
         target_devices=plan.target_devices,

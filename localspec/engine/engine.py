@@ -40,6 +40,7 @@ class EngineConfig:
     n_threads: int | None = None
     self_draft_dir: Path | None = None  # where `--drafter self` keeps the drafts it cuts from targets
     self_draft_layers: int | None = None  # blocks such a draft keeps (None: a quarter)
+    self_draft_floor: int = 1  # the fewest it may keep: a hybrid's cut needs a block that attends (the memory plan's word)
     # The self-draft's GPU layers. Only a memory plan that counted it may put it there (see plan_memory's
     # self_draft); otherwise it stays on the CPU, where it cannot take GPU memory the plan gave the others.
     self_draft_gpu_layers: int = 0
@@ -164,7 +165,8 @@ class Engine:
         if self._self_draft is None:
             if self.config.self_draft_dir is None:
                 raise EngineError("The self drafter needs a directory to keep the draft it cuts from the target.")
-            made = cached_self_draft(self.config.target, self.config.self_draft_layers, self.config.self_draft_dir)
+            made = cached_self_draft(self.config.target, self.config.self_draft_layers, self.config.self_draft_dir,
+                                     self.config.self_draft_floor)
             config = ModelConfig(self.config.self_draft_gpu_layers, self.config.n_ctx, n_threads=self.config.n_threads,
                                  devices=self.config.target_devices)
             self._self_draft = Model(made.path, config, role="self-draft")

@@ -61,6 +61,9 @@ class ModelFootprint:
     compute_bytes: int  # llama.cpp's compute buffer; it sits with the output layer
     head_copy_bytes: int = 0  # a head tied to the embedding: on the GPU it needs its own copy; on the CPU it shares the file's
     checkpoint_bytes: int = 0  # recurrent states (and a window's cells) saved at prompt-pass ends (llama/checkpoints.py): in RAM
+    # The fewest first blocks a cut of it (the self draft) may keep: a hybrid's up to its first block that attends, since
+    # llama.cpp cannot load a hybrid whose blocks are all recurrent (it aborts: GGML_ASSERT(buffer), a cache of no cells).
+    cut_floor: int = 1
 
     @property
     def n_layer(self) -> int:
@@ -147,8 +150,9 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     kind = memory_kind(first.architecture)
     state = recurrent_state.state_row_bytes(first) * n_seq
     copies = 1 + (RECURRENT_SNAPSHOTS if kind is MemoryKind.SNAPSHOTS else 0)
-    block_kv = [(kv if attends else 0) + (state * copies if flag else 0)
-                for kv, attends, flag in zip(attention, recurrent_state.attending_blocks(first, recurrent), recurrent)]
+    attends = recurrent_state.attending_blocks(first, recurrent)
+    block_kv = [(kv if attending else 0) + (state * copies if flag else 0) for kv, attending, flag in zip(attention, attends, recurrent)]
+    cut_floor = attends.index(True) + 1 if any(recurrent) and True in attends else 1
     # A checkpoint of a hybrid with a window holds the sequence's window cells too: at most the window cache's.
     window_cells_bytes = n_seq * sum(kv for kv, swa, flag in zip(attention, windowed, recurrent) if swa and not flag)
     checkpoint_bytes = (CHECKPOINTS if checkpoints_kept(kind) else 0) * (state * sum(recurrent) + window_cells_bytes)
@@ -163,7 +167,7 @@ def footprint(headers: list[GGUFHeader], n_ctx: int, label: str, n_batch: int = 
     if first.arch_value("nextn_predict_layers"):  # the engine loads a target's MTP layers, and their head a context of its own
         compute += min(HEAD_UBATCH, n_batch) * (2 * n_ctx + 4 * activations)  # (its cells are the MTP block's, counted above)
     return ModelFootprint(label, ModelSummary.from_headers(first).quantization, tuple(block_bytes), tuple(block_kv),
-                          input_bytes, output_bytes, compute, head_copy, checkpoint_bytes)
+                          input_bytes, output_bytes, compute, head_copy, checkpoint_bytes, cut_floor)
 
 
 def read_footprint(path: Path, n_ctx: int, n_seq: int = 1) -> ModelFootprint:
@@ -232,6 +236,7 @@ class MemoryPlan:
     draft: Placement | None
     warnings: tuple[str, ...] = ()
     self_draft: Placement | None = None  # planned only where the self drafter will run
+    self_draft_floor: int = 1  # the fewest blocks the self draft may keep (ModelFootprint.cut_floor of the target)
     # The GPU-type devices (ggml_backend_dev_t) each model may use; None: all of them, llama.cpp's default. Set where
     # RPC servers are attached (machine.remote_plan), so that a model uses the servers chosen for it and no other.
     target_devices: tuple[int, ...] | None = None
@@ -342,9 +347,10 @@ def plan_pair(target: Path, draft: Path | None, n_ctx: int, memory: DeviceMemory
     draft_footprint = read_footprint(draft, n_ctx, n_seq) if draft is not None else None
     self_draft = None
     if with_self_draft:
-        blocks = self_draft_layers if self_draft_layers is not None else default_layers(target_footprint.n_layer)
+        blocks = self_draft_layers if self_draft_layers is not None else default_layers(target_footprint.n_layer, target_footprint.cut_floor)
         self_draft = target_footprint.first_blocks(min(blocks, target_footprint.n_layer))
-    return plan_memory(target_footprint, draft_footprint, n_ctx, memory, target_gpu_layers, draft_gpu_layers, self_draft)
+    plan = plan_memory(target_footprint, draft_footprint, n_ctx, memory, target_gpu_layers, draft_gpu_layers, self_draft)
+    return replace(plan, self_draft_floor=target_footprint.cut_floor)
 
 
 def _smaller_context(plan: MemoryPlan, needed_in_ram: int, kv: int) -> str:

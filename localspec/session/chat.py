@@ -63,7 +63,7 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
                                 self_draft_layers=settings.self_draft_layers)
     config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads,
                           self_draft_dir=paths.self_draft_dir(), self_draft_layers=settings.self_draft_layers,
-                          self_draft_gpu_layers=plan.self_draft_gpu_layers, cost_cache_dir=paths.cost_cache_dir(),
+                          self_draft_floor=plan.self_draft_floor, self_draft_gpu_layers=plan.self_draft_gpu_layers, cost_cache_dir=paths.cost_cache_dir(),
                           target_devices=plan.target_devices, draft_devices=plan.draft_devices)
     engine = Engine(config, on_stage, cancel)
     try:

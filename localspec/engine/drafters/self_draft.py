@@ -57,8 +57,9 @@ def _read_whole(target: Path) -> gguf.GGUFReader:
     return reader
 
 
-def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
-    """Write `out`: the target's metadata with block_count = n_layers, its first n_layers blocks, and the rest (embeddings, head)."""
+def make_self_draft(target: Path, out: Path, n_layers: int, floor: int = 1) -> SelfDraft:
+    """Write `out`: the target's metadata with block_count = n_layers, its first n_layers blocks, and the rest (embeddings, head).
+    `floor`: the fewest blocks the cut may keep (a hybrid's up to its first block that attends)."""
     check_gguf_file(target)
     reader = _read_whole(target)
     arch, block_count_key, total = _block_count(reader)
@@ -67,6 +68,7 @@ def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
     if not 1 <= n_layers < total:
         raise UsageError(f"A self-draft of {n_layers} blocks cannot be cut: {target.name} has {total} blocks, and the draft keeps "
                          f"between 1 and {total - 1} of them (--layers, or the self-draft layers setting).")
+    _check_floor(target, total, n_layers, floor)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
@@ -104,29 +106,46 @@ def make_self_draft(target: Path, out: Path, n_layers: int) -> SelfDraft:
     return SelfDraft(out, n_layers, total, out.stat().st_size)
 
 
-def default_layers(n_layer: int) -> int:
-    """A quarter of the blocks: the draft then costs about a quarter of a target pass, plus the output head."""
-    return max(1, n_layer // 4)
+def _check_floor(target: Path, total: int, n_layers: int | None, floor: int) -> None:
+    """A clear refusal where a cut would keep no block that attends of a hybrid (`floor`: the fewest blocks that keep one):
+    llama.cpp aborts the process loading such a file (GGML_ASSERT(buffer): a cache of no cells)."""
+    if floor >= total:
+        raise UsageError(f"No self-draft can be cut from {target.name}: of its {total} blocks, the first that attends is block "
+                         f"{floor - 1}, and a draft of a hybrid model must keep one (llama.cpp cannot load it otherwise) while "
+                         "leaving a block out. Use another drafter (--drafter auto, ngram, or a draft model).")
+    if n_layers is not None and n_layers < floor:
+        raise UsageError(f"A self-draft of {n_layers} block{'s' if n_layers > 1 else ''} of {target.name} would keep no block that "
+                         f"attends (its first is block {floor - 1}), and llama.cpp cannot load a hybrid model without one: "
+                         f"keep {floor} blocks or more (--layers, --self-layers, or the self-draft blocks setting).")
 
 
-def _cut_plan(target: Path, n_layers: int | None, cache_dir: Path) -> tuple[Path, int, int]:
-    """Where the self-draft with `n_layers` blocks (None: the default) is kept, its block count, and the target's."""
+def default_layers(n_layer: int, floor: int = 1) -> int:
+    """A quarter of the blocks: the draft then costs about a quarter of a target pass, plus the output head; at least
+    `floor` (a hybrid's cut keeps a block that attends)."""
+    return max(1, floor, n_layer // 4)
+
+
+def _cut_plan(target: Path, n_layers: int | None, cache_dir: Path, floor: int = 1) -> tuple[Path, int, int]:
+    """Where the self-draft with `n_layers` blocks (None: the default) is kept, its block count, and the target's.
+    `floor`: the fewest blocks it may keep (the memory plan reads it from the header: a hybrid's cut needs a block
+    that attends, or llama.cpp aborts loading it)."""
     check_gguf_file(target)
     _, _, total = _block_count(gguf.GGUFReader(target))
-    layers = n_layers if n_layers is not None else default_layers(total)
+    _check_floor(target, total, n_layers, floor)
+    layers = n_layers if n_layers is not None else default_layers(total, floor)
     stat = target.stat()
     identity = hashlib.sha256(f"{target.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     return cache_dir / f"{target.stem}.{identity}.first{layers}.gguf", layers, total
 
 
-def self_draft_path(target: Path, n_layers: int | None, cache_dir: Path) -> Path:
+def self_draft_path(target: Path, n_layers: int | None, cache_dir: Path, floor: int = 1) -> Path:
     """Where the self-draft for `target` is kept, made or not (to say so before making it)."""
-    return _cut_plan(target, n_layers, cache_dir)[0]
+    return _cut_plan(target, n_layers, cache_dir, floor)[0]
 
 
-def cached_self_draft(target: Path, n_layers: int | None, cache_dir: Path) -> SelfDraft:
+def cached_self_draft(target: Path, n_layers: int | None, cache_dir: Path, floor: int = 1) -> SelfDraft:
     """The self-draft for `target` with `n_layers` blocks (None: the default), made once and kept in `cache_dir`."""
-    out, layers, total = _cut_plan(target, n_layers, cache_dir)
+    out, layers, total = _cut_plan(target, n_layers, cache_dir, floor)
     if out.is_file():
         return SelfDraft(out, layers, total, out.stat().st_size)
-    return make_self_draft(target, out, layers)
+    return make_self_draft(target, out, layers, floor)
