@@ -236,3 +236,25 @@ def test_the_targets_mtp_head_is_priced_as_a_draft_model_is_and_never_continues_
         steps = [never.plan(no_lookup)[0] for _ in range(200)]
         spent_ms = sum(never.step_ms([step], no_lookup) for step in steps)  # none of a try's tokens accepted
         assert spent_ms <= (1 + EXPLORE_SHARE) * 200 * never.step_ms([PLAIN], no_lookup)  # tries, from the budget only
+
+
+def test_with_a_draft_model_and_the_targets_head_each_step_asks_the_one_that_pays():
+    """A pair with a draft model whose target keeps MTP layers: both are sources of auto's model tokens, each with its
+    own pass costs and acceptance. Where one agrees and the other never does, the agreeing one is asked, at a GPU's
+    costs and at a 2-core CPU's (the head a tenth of the target, the draft model a third); where both agree, the
+    cheaper one (the head); the head never continues a lookup run, the draft model may."""
+    cpu = {1: 70.0, 2: 85.0, 4: 112.0, 8: 180.0, 16: 300.0}
+    no_lookup = [SlotOptions(8, Lookup(), {Source.MODEL: 1, Source.MTP: 1})]
+    for verify in (CHEAP_TO_FOUR, cpu):
+        for agreeing in ((Source.MODEL,), (Source.MTP,), (Source.MODEL, Source.MTP)):
+            costs = CostTable.given(verify, verify[1] / 3)
+            costs.head = PassCosts({n: ms / 10 for n, ms in verify.items()})
+            plan = Planner(costs, has_draft_model=True, head=Source.MTP)
+            assert [source.source for source in plan.sources] == [Source.MODEL, Source.MTP]
+            for source in (Source.MODEL, Source.MTP):
+                for asked_class in range(len(CLASS_EDGES) + 1):
+                    for _ in range(20):
+                        plan.observe_model(Choice(source, 4, 5.0), asked_class, 4, 4 if source in agreeing else 0)
+            [choice] = plan.plan(no_lookup)
+            expected = Source.MTP if Source.MTP in agreeing else Source.MODEL
+            assert choice.source is expected and choice.k >= 2, (verify, agreeing, choice)

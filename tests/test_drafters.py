@@ -808,9 +808,9 @@ class RecordingCosts(CostTable):
         super().__init__(*args, **kwargs)
         self.draft_lessons: list[tuple[int, float]] = []
 
-    def observe_draft(self, n: int, ms: float, switched: bool = False) -> None:
+    def observe_draft(self, table: PassCosts, n: int, ms: float, switched: bool = False) -> None:
         self.draft_lessons.append((n, ms))
-        super().observe_draft(n, ms, switched)
+        super().observe_draft(table, n, ms, switched)
 
 
 def test_autos_draft_passes_teach_the_cost_of_their_own_size(tiny):

@@ -16,10 +16,15 @@ from pathlib import Path
 import pytest
 
 from localspec.engine import prompt_passes
+from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.choice import Source
+from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.draft_model import ModelDrafter
+from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.llama.memory import MemoryKind
+from localspec.engine.pass_costs import CostTable, PassCosts
 from localspec.engine.sampling import SamplingParams
 from localspec.gguf.header import read_local_header
 from localspec.machine.memory_plan import footprint
@@ -92,6 +97,42 @@ def test_auto_drafts_with_the_head_where_no_draft_model_is_loaded_losslessly(hea
         auto = engine.drafter("auto")
         assert auto.planner.model_source is Source.MTP and auto.costs.has_draft  # type: ignore[attr-defined]
         lossless_alone_and_in_four_slots(engine, "auto", f"auto on the {head.value} head")
+
+
+# A GPU's shape (test_gpu_costs.py: the H200's target and draft model), with a head that costs a tenth of the draft model.
+GPU_VERIFY_MS = {1: 3.3, 5: 3.63}
+GPU_DRAFT_MS, GPU_HEAD_MS = 0.47, 0.05
+
+
+def gpu_costs() -> CostTable:
+    costs = CostTable.given(GPU_VERIFY_MS, GPU_DRAFT_MS)
+    costs.head = PassCosts({n: GPU_HEAD_MS * ms / GPU_VERIFY_MS[1] for n, ms in GPU_VERIFY_MS.items()})
+    return costs
+
+
+def asks(decisions: dict[str, int], source: Source) -> int:
+    """The steps whose tokens `source` drafted (a hybrid's count as the draft model's)."""
+    sources = {Source.MODEL.value, Source.HYBRID.value} if source is Source.MODEL else {source.value}
+    return sum(n for label, n in decisions.items() if label.split()[0] in sources)
+
+
+def test_auto_with_a_draft_model_also_drafts_with_the_targets_head_where_it_agrees(heads):
+    """A pair with a draft model whose target keeps MTP layers (the catalog's Qwen3.6 MTP pairs): auto prices both as
+    sources of its model tokens (the head's passes timed at load beside the draft model's), and every answer is the
+    target's own, alone and in four slots. At a GPU's costs, with the agreeing head and a random draft model, the
+    steps that ask a model ask the head (the answer repeats itself, so lookup drafts much of it for free)."""
+    with Engine(EngineConfig(heads[Head.AGREES], heads[Head.RANDOM], n_ctx=2048)) as engine:
+        assert engine.draft is not None
+        built = engine.drafter("auto")
+        assert [source.source for source in built.planner.sources] == [Source.MODEL, Source.MTP]  # type: ignore[attr-defined]
+        assert built.costs.head is not None and built.costs.head.ms  # type: ignore[attr-defined]
+        lossless_alone_and_in_four_slots(engine, "auto", "auto with a draft model and the agreeing head")
+        config, prompt = replace(GREEDY, max_tokens=120), PROMPTS[2]
+        auto = AutoDrafter(gpu_costs(), ModelDrafter(engine.draft, lazy_start=True), head=MtpDrafter(engine.target))
+        result = run(Decoder(engine.target, auto), prompt, config)
+        assert_lossless(run(engine.plain, prompt, config), result, label="auto at a GPU's costs")
+    decisions = result.finished.stats.decisions
+    assert asks(decisions, Source.MTP) >= 3 and asks(decisions, Source.MODEL) <= asks(decisions, Source.MTP) / 4, decisions
 
 
 @pytest.mark.parametrize("verification", ["speculative", "sample-match"])

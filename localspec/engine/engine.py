@@ -56,7 +56,7 @@ class Engine:
         report = on_stage or (lambda _stage: None)
         report("loading the target")
         self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads,
-                                                       devices=config.target_devices, load_mtp=True), role="target", cancel=cancel)
+                                                       devices=config.target_devices), role="target", cancel=cancel)
         self.draft: Model | None = None
         self.eagle3: Eagle3File | None = None  # the pair's EAGLE-3 head, where its draft is one: the drafter loads it
         self._self_draft: Model | None = None

@@ -141,6 +141,7 @@ class CostTable:
 
     target: PassCosts = field(default_factory=PassCosts)
     draft: PassCosts | None = None
+    head: PassCosts | None = None  # a head of the target's beside the draft model (timed at each load: never cached)
     fixed: bool = False  # costs measured elsewhere (a test, another machine): kept as given, not learned
 
     @classmethod
@@ -164,24 +165,14 @@ class CostTable:
         assert self.draft is not None
         return self.draft.cost(n)
 
-    def draft_switches(self, last: int | None, sizes: Sequence[int]) -> float:
-        """The changes of size a chain of draft passes of `sizes` pays, after one of `last` tokens."""
-        if self.draft is None:
-            return 0.0
-        return sum(self.draft.switch(before, n) for before, n in zip([last, *sizes], sizes))
-
-    @property
-    def draft_ms_per_token(self) -> float:
-        """A one-token draft step."""
-        return self.draft_batch(1)
-
     def observe_verify(self, n: int, ms: float, switched: bool = False) -> None:
         if not self.fixed:
             self.target.observe(n, ms, switched)
 
-    def observe_draft(self, n: int, ms: float, switched: bool = False) -> None:
-        if not self.fixed and self.draft is not None:
-            self.draft.observe(n, ms, switched)
+    def observe_draft(self, table: PassCosts, n: int, ms: float, switched: bool = False) -> None:
+        """A pass of a drafting model: the draft model's (`draft`) or a head's (`head`) table learns it."""
+        if not self.fixed:
+            table.observe(n, ms, switched)
 
 
 def time_passes(model: Timed, sizes: Sequence[int], repeats: int) -> PassCosts:

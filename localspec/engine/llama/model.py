@@ -59,7 +59,7 @@ class ModelConfig:
     n_threads: int | None = None
     n_seq: int = 1  # 2 lets a tree draft's two branches share the cache (one unified KV buffer, so no context is lost)
     devices: tuple[int, ...] | None = None  # the GPU-type devices (ggml_backend_dev_t) to offload to; None: all
-    load_mtp: bool = False  # load the MTP layers a target may carry (the mtp drafter's head); llama.cpp skips them otherwise
+    load_mtp: bool = True  # a file's MTP layers (the mtp head): llama.cpp refuses a file whose MTP tensors it must skip
 
     def resolved_gpu_layers(self) -> int:
         if self.n_gpu_layers is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.engine.pass_costs import CostTable
+from localspec.engine.pass_costs import PassCosts
 from localspec.engine.tuning import LOOKUP_SHARE_DECAY, NEW_ANSWER_LOOKUP_SHARE, RESUME_MIN, RUN_DECAY, RUN_PRIOR, RUN_PRIOR_WEIGHT
 
 
@@ -67,8 +67,8 @@ class ResumeRuns:
             self.current = None
 
 
-def catch_up_price(costs: CostTable, missed: int, spread: float, then: int = 0) -> float:
+def catch_up_price(draft: PassCosts, missed: int, spread: float, then: int = 0) -> float:
     """The draft's first pass of an ask, reading the `missed` accepted tokens it has not seen, then `then` more (a hybrid's
     lookup tokens), as decide() weighs it: one token's pass, plus the rest of the batch spread over `spread` asks."""
-    first = costs.draft_batch(1 + then)
-    return first + (costs.draft_batch(max(1, missed) + then) - first) / spread
+    first = draft.cost(1 + then)
+    return first + (draft.cost(max(1, missed) + then) - first) / spread

@@ -55,16 +55,21 @@ class AutoDrafter(Drafter):
     costs: CostTable  # always: it prices every step
 
     def __init__(self, costs: CostTable, model: ModelDrafter | HeadDrafter | None = None, lookups: Lookups | None = None,
-                 costs_file: Path | None = None) -> None:
+                 costs_file: Path | None = None, head: HeadDrafter | None = None) -> None:
         """`model`: what drafts auto's model tokens: the draft model, else the pair's EAGLE-3 head, else the target's own
-        MTP head where it carries one."""
+        MTP head where it carries one (priced by costs.draft). `head`: a head beside the draft model (priced by
+        costs.head): each step then drafts with whichever pays."""
         self.costs = costs
         self.costs_file = costs_file  # where the learned costs are kept between runs (None: not kept)
-        self.model = model
-        self.models = model.models if model is not None else ()
-        self.lookups = lookups or Lookups()
+        self.model = model  # the first model source (the draft model where one is loaded)
         source = Source(model.name) if isinstance(model, HeadDrafter) else Source.MODEL
-        self.planner = Planner(costs, model is not None, source)  # the policy and what it learns, kept across requests
+        self.drafting: dict[Source, ModelDrafter | HeadDrafter] = {source: model} if model is not None else {}
+        if head is not None:
+            self.drafting[Source(head.name)] = head
+        self.models = tuple(m for drafter in self.drafting.values() for m in drafter.models)
+        self.lookups = lookups or Lookups()
+        # the policy and what it learns, kept across requests
+        self.planner = Planner(costs, model is not None, source, Source(head.name) if head is not None else None)
         self._answers: dict[int, _Answer] = {}
         self._drafting_ms = 0.0  # this step's draft-model passes, which the planner prices apart from the step's overhead
 
@@ -107,8 +112,8 @@ class AutoDrafter(Drafter):
 
     def begin(self, seq: int, prompt: Sequence[int]) -> None:
         self.lookups[seq].start(prompt)
-        if self.model is not None:
-            self.model.begin(seq, prompt)
+        for drafter in self.drafting.values():
+            drafter.begin(seq, prompt)
         answer = self._answer(seq)
         answer.shadows, answer.choice, answer.drafted = [], PLAIN, None
         answer.belief.new_answer()
@@ -121,28 +126,31 @@ class AutoDrafter(Drafter):
             lookup = self.lookups[ask.seq].lookup(ask.k) if ask.k else Lookup()
             answer.belief.looked(lookup)
             self.planner.watch_lookup(answer.shadows, lookup, answer.belief.confidence.unsure)
-            pending = self.model.pending_tokens(ask.seq) if self.model is not None else 0
+            pending = {source: drafter.pending_tokens(ask.seq) for source, drafter in self.drafting.items()}
             options.append(SlotOptions(ask.k, lookup, pending, answer.belief))
         choices = self.planner.plan(options)
-        orders = []
+        orders: dict[Source, list[DraftOrder]] = {}
         for ask, answer, option, choice in zip(asks, answers, options, choices):
             answer.choice, answer.drafted = choice, None
-            if self.model is not None and choice.model_k:
-                answer.belief.asked(option.pending)
+            if choice.model_k:
+                source = self.planner.source_of(choice).source
+                answer.belief.asked(option.pending_for(source))
                 # Greedy at T > 0 too: its tokens are then judged as lookup's are, one draw for each settled position, so a
                 # seed writes plain sampling's answer whatever auto chose (verify_speculative).
-                orders.append(DraftOrder.of(ask, option.lookup.tokens[: choice.lookup_k], k=choice.model_k, greedy=True))
-        continuations: Iterator[Draft] = iter(())
+                orders.setdefault(source, []).append(DraftOrder.of(ask, option.lookup.tokens[: choice.lookup_k], k=choice.model_k, greedy=True))
+        continuations: dict[Source, Iterator[Draft]] = {}
         self._drafting_ms = 0.0
-        if orders and self.model is not None:
-            continuations = iter(self.model.draft(orders))
-            for n_tokens, ms in self.model.passes:  # each pass teaches the draft's cost at its size, its tokens' choice included
-                self.planner.observe_draft_pass(n_tokens, ms)
+        for source, ordered in orders.items():
+            drafter = self.drafting[source]
+            continuations[source] = iter(drafter.draft(ordered))
+            for n_tokens, ms in drafter.passes:  # each pass teaches its model's cost at its size, its tokens' choice included
+                self.planner.observe_draft_pass(n_tokens, ms, source)
                 self._drafting_ms += ms
         drafts = []
         for ask, answer, option, choice in zip(asks, answers, options, choices):
-            if orders and choice.model_k:
-                draft = Draft.deterministic([*option.lookup.tokens[: choice.lookup_k], *next(continuations).tokens], ask.sampling)
+            if choice.model_k:
+                continued = next(continuations[self.planner.source_of(choice).source]).tokens
+                draft = Draft.deterministic([*option.lookup.tokens[: choice.lookup_k], *continued], ask.sampling)
                 answer.drafted = len(draft.tokens)
             else:
                 draft = Draft.deterministic(option.lookup.tokens[: choice.k], ask.sampling)  # K = 0 (plain) proposes nothing
@@ -158,12 +166,12 @@ class AutoDrafter(Drafter):
             self.planner.observe_model(choice, belief.asked_class, answer.drafted, len(tokens) - 1)
         answer.shadows = self.planner.settle(answer.shadows, tokens, belief.copy_effect)
         self.lookups[seq].advance(tokens)
-        if self.model is not None:
-            self.model.accept(seq, tokens)
+        for drafter in self.drafting.values():
+            drafter.accept(seq, tokens)
 
     def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
-        if self.model is not None:
-            self.model.target_read(entries)
+        for drafter in self.drafting.values():
+            drafter.target_read(entries)
 
     def observe_target(self, seq: int, row: np.ndarray) -> None:
         self._answer(seq).belief.observe_target(row)
@@ -178,14 +186,14 @@ class AutoDrafter(Drafter):
 
     def end(self, seq: int) -> None:
         """Keep what this answer taught about the costs for the next run."""
-        if self.model is not None:
-            self.model.end(seq)
+        for drafter in self.drafting.values():
+            drafter.end(seq)
         if self.costs_file is not None and not self.costs.fixed:
             cost_cache.save(self.costs_file, self.costs)
 
     def close(self) -> None:
-        if self.model is not None:
-            self.model.close()
+        for drafter in self.drafting.values():
+            drafter.close()
 
 
 def build(sources: DraftSources) -> Drafter:
@@ -195,18 +203,22 @@ def build(sources: DraftSources) -> Drafter:
     # target and draft files, and a head is neither. Several slots share the loop's costs, timed at batch sizes, and
     # keep them to themselves.
     head: HeadDrafter | None = None
-    if sources.draft is None and sources.eagle3 is not None:
+    if sources.eagle3 is not None:
         head = Eagle3Drafter(sources.target, sources.eagle3)
-    elif sources.draft is None and mtp_layers(sources.target):
+    elif mtp_layers(sources.target):
         head = MtpDrafter(sources.target)
     costs_file = None
     if sources.batch_costs is not None:
         costs = sources.batch_costs
     else:
-        if sources.cost_cache_dir and head is None:
+        if sources.cost_cache_dir and (head is None or sources.draft is not None):
             costs_file = cost_cache.cache_file(sources.cost_cache_dir, sources.target, sources.draft)
         costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, sources.draft)
-    if head is not None and not costs.has_draft:  # the head's passes, timed as a draft model's are
-        costs.draft = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
-    model = ModelDrafter(sources.draft, lazy_start=True) if sources.draft is not None else head
-    return AutoDrafter(costs, model, costs_file=costs_file)
+    if head is not None and sources.draft is None:
+        if not costs.has_draft:  # the head drafts alone: its passes, timed as a draft model's are
+            costs.draft = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
+        return AutoDrafter(costs, head, costs_file=costs_file)
+    draft = ModelDrafter(sources.draft, lazy_start=True) if sources.draft is not None else None
+    if head is not None and costs.head is None:  # beside the draft model: its own table, timed at each load
+        costs.head = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
+    return AutoDrafter(costs, draft, costs_file=costs_file, head=head)

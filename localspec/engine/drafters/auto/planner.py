@@ -16,7 +16,7 @@ slot keeps its own answer's belief (belief.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from localspec.engine.drafters.auto.acceptance import prefix_curves
@@ -27,7 +27,7 @@ from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.ngram import Lookup
-from localspec.engine.pass_costs import CostTable
+from localspec.engine.pass_costs import CostTable, PassCosts
 from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, HYBRID_LOOKUP_MAX, MODEL_K_MAX, OVERHEAD_DECAY, SWITCH_LEGS
 
 
@@ -39,16 +39,16 @@ class HybridPlan:
     rate: float  # tokens per ms, priced as a step of its own
 
 
-def best_hybrid(costs: CostTable, pending: int, spread: float, n_lookup: int, k_cap: int, lookup_expected: list[float],
+def best_hybrid(costs: CostTable, draft: PassCosts, pending: int, spread: float, n_lookup: int, k_cap: int, lookup_expected: list[float],
                 lookup_survive: list[float], model_expected: list[float]) -> HybridPlan | None:
     """The best (j, m) of the first j <= n_lookup lookup tokens then m draft-model tokens under the cap: the draft
     reads its `pending` tokens and the j in one catch-up batch (catch_up_price, spread over `spread` asks), takes m - 1
     one-token steps, and the target verifies j + m + 1; expected, the run's accepted tokens plus, when all j survive,
     the model's. None without a run."""
     best: tuple[float, int, int, float] | None = None  # (rate, j, m, tokens): a plan made once, for the best
-    per_token = costs.draft_ms_per_token
+    per_token = draft.cost(1)
     for j in range(1, min(n_lookup, k_cap - 1, HYBRID_LOOKUP_MAX) + 1):
-        catch_up, head, survive = catch_up_price(costs, pending, spread, j), 1 + lookup_expected[j], lookup_survive[j]
+        catch_up, head, survive = catch_up_price(draft, pending, spread, j), 1 + lookup_expected[j], lookup_survive[j]
         for m in range(1, min(MODEL_K_MAX, k_cap - j) + 1):
             tokens = head + survive * model_expected[m]
             rate = tokens / (catch_up + (m - 1) * per_token + costs.verify(j + m + 1))
@@ -63,35 +63,83 @@ class SlotOptions:
 
     cap: int  # the most draft tokens it may take (its K, its room in the context, its tokens left)
     lookup: Lookup  # prompt lookup's run here (maybe empty)
-    pending: int  # tokens the draft model must read before it drafts for this slot
+    # tokens each model source must read before it drafts for this slot (one number: every source's)
+    pending: int | Mapping[Source, int]
     belief: SequenceBelief = field(default_factory=SequenceBelief)  # what the slot's answer has shown so far
+
+    def pending_for(self, source: Source) -> int:
+        return self.pending if isinstance(self.pending, int) else self.pending.get(source, 0)
+
+
+@dataclass
+class ModelSource:
+    """A model that drafts auto's model tokens: the draft model, or a head of the target (MTP, EAGLE-3). What its passes
+    cost, how often the target accepts its tokens (by the target's confidence), and its last pass's size."""
+
+    source: Source
+    costs: PassCosts
+    acceptance: ConfidenceClasses = field(default_factory=ConfidenceClasses)
+    last_pass: int | None = None
+
+    @property
+    def continues_lookup(self) -> bool:
+        """Only the draft model continues a lookup run (a hybrid): a head would need the target's rows for its tokens."""
+        return self.source is Source.MODEL
+
+    def switches(self, sizes: Sequence[int], last: int | None = None) -> float:
+        """The changes of size a chain of its passes of `sizes` pays, after its last pass (or one of `last` tokens)."""
+        before = self.last_pass if last is None else last
+        return sum(self.costs.switch(prior, n) for prior, n in zip([before, *sizes], sizes))
 
 
 class Planner:
     """auto's choices and what they are learned from: the costs, lookup's and the draft model's acceptance, the
     exploration budget, the step's overhead (kept across requests)."""
 
-    def __init__(self, costs: CostTable, has_draft_model: bool, model_source: Source = Source.MODEL) -> None:
+    def __init__(self, costs: CostTable, has_draft_model: bool, model_source: Source = Source.MODEL, head: Source | None = None) -> None:
         """`model_source`: what drafts auto's model tokens, the draft model or a head (MTP, EAGLE-3; a head cannot
-        continue a lookup run: it would need the target's rows for its tokens, so it makes no hybrid)."""
+        continue a lookup run: it would need the target's rows for its tokens, so it makes no hybrid), priced by
+        costs.draft. `head`: a head beside the draft model, priced by costs.head: auto then chooses between them."""
         self.costs = costs
-        self.has_draft_model = has_draft_model and costs.has_draft
-        self.model_source = model_source
-        self.draft_acceptance = ConfidenceClasses()
+        self.sources: list[ModelSource] = []
+        if has_draft_model and costs.draft is not None and costs.draft.ms:
+            self.sources.append(ModelSource(model_source, costs.draft))
+        if head is not None and costs.head is not None and costs.head.ms:
+            self.sources.append(ModelSource(head, costs.head))
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
         self.exploration = ExplorationBudget()
-        # A lone slot's draft-model pricing within one plan: (catch-up, one-token step, change back to one token) by
-        # (lookup_k, pending, catch-up share).
-        self._drafting_ms: dict[tuple[int, int, float], tuple[float, float, float]] = {}
-        # The sizes of the last target and draft passes: a pass of another size pays for a new graph (pass_costs.py).
+        # A lone slot's model pricing within one plan: (catch-up, one-token step, change back to one token) by
+        # (source, lookup_k, pending, catch-up share).
+        self._drafting_ms: dict[tuple[Source, int, int, float], tuple[float, float, float]] = {}
+        # The size of the last target pass: a pass of another size pays for a new graph (pass_costs.py).
         self.last_verify: int | None = None
-        self.last_draft: int | None = None
+
+    @property
+    def has_draft_model(self) -> bool:
+        """Whether any model drafts auto's model tokens (the draft model, or a head)."""
+        return bool(self.sources)
+
+    @property
+    def model_source(self) -> Source:
+        """The first model source: the draft model where one is loaded."""
+        return self.sources[0].source if self.sources else Source.MODEL
+
+    @property
+    def draft_acceptance(self) -> ConfidenceClasses:
+        """The first model source's acceptance (a fresh table where there is none)."""
+        return self.sources[0].acceptance if self.sources else ConfidenceClasses()
+
+    def source_of(self, choice: Choice) -> ModelSource:
+        """The model that drafts `choice`'s model tokens (a hybrid's: the draft model's)."""
+        wanted = Source.MODEL if choice.source is Source.HYBRID else choice.source
+        return next(source for source in self.sources if source.source is wanted)
 
     def start_answer(self) -> None:
-        """A request starts: what earlier answers taught of the draft model stays a belief this one soon outweighs
+        """A request starts: what earlier answers taught of each model stays a belief this one soon outweighs
         (CARRIED_ASKS); whether lookup's guesses past an edit pay is the new answer's own (it renames, or rewrites freely)."""
-        self.draft_acceptance.carry_over(CARRIED_ASKS)
+        for source in self.sources:
+            source.acceptance.carry_over(CARRIED_ASKS)
         self.lookup_acceptance.forget_guesses()
 
     # --- choosing ---------------------------------------------------------------------
@@ -201,9 +249,9 @@ class Planner:
             filled[i] = Choice(Source.NGRAM, k, 1 + curves[i][k]) if k else PLAIN
         return filled, best_rate
 
-    def _model_curve(self, options: SlotOptions, k: int) -> list[float]:
-        """The draft model's expected accepted tokens among its first 0..k, in the class of the slot's confidence."""
-        return self.draft_acceptance[options.belief.confidence.class_index].prefix_curves(k)[0]
+    def _model_curve(self, options: SlotOptions, k: int, source: ModelSource) -> list[float]:
+        """A model's expected accepted tokens among its first 0..k, in the class of the slot's confidence."""
+        return source.acceptance[options.belief.confidence.class_index].prefix_curves(k)[0]
 
     def _candidates(self, options: SlotOptions) -> list[Choice]:
         """Plain, each K of lookup and of the draft model, and the hybrid (j, m) that is best as a step of its own (one
@@ -212,16 +260,16 @@ class Planner:
         lookup_expected, lookup_survive = self._lookup_curves(options)
         n_lookup = len(lookup_expected) - 1
         found += [Choice(Source.NGRAM, k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
-        if self.has_draft_model:
-            model_k = min(options.cap, MODEL_K_MAX)
-            model_expected = self._model_curve(options, model_k)
-            vouched = self.draft_acceptance.vouched(options.belief.confidence.class_index, model_k)
-            found += [Choice(self.model_source, k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
-            if self.model_source is not Source.MODEL:
-                return found
+        model_k = min(options.cap, MODEL_K_MAX)
+        for source in self.sources:
+            model_expected = self._model_curve(options, model_k, source)
+            vouched = source.acceptance.vouched(options.belief.confidence.class_index, model_k)
+            found += [Choice(source.source, k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
+            if not source.continues_lookup:
+                continue
             # The hybrid candidate is found as auto finds it; the ascent then weighs it in the batch like the others.
-            hybrid = best_hybrid(self.costs, max(1, options.pending), options.belief.resume_runs.expected, n_lookup, options.cap,
-                                 lookup_expected, lookup_survive, model_expected)
+            hybrid = best_hybrid(self.costs, source.costs, max(1, options.pending_for(source.source)), options.belief.resume_runs.expected,
+                                 n_lookup, options.cap, lookup_expected, lookup_survive, model_expected)
             if hybrid is not None:
                 j, m = hybrid.lookup_k, hybrid.model_k
                 found.append(Choice(Source.HYBRID, j + m, hybrid.tokens, lookup_k=j,
@@ -247,21 +295,24 @@ class Planner:
             return self._lone_step_ms(choices[0], slots[0], spread)
         n_verify = sum(choice.k + 1 for choice in choices)
         ms = self.overhead_ms + self.costs.verify(n_verify) + SWITCH_LEGS * self.costs.target.switch(self.last_verify, n_verify)
-        drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k]
-        if drafting:
+        for source in self.sources:
+            drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k and self.source_of(choice) is source]
+            if not drafting:
+                continue
             # The first pass reads, for each drafting slot, what it has not seen (at least its last token) and a hybrid's
             # lookup tokens; it gives each one's first draft token.
-            first = self.costs.draft_batch(sum(1 + choice.lookup_k for choice, _ in drafting))
-            n_whole = sum(max(1, options.pending) + choice.lookup_k for choice, options in drafting)
-            whole = self.costs.draft_batch(n_whole)
-            missed = [max(1, options.pending) - 1 for _, options in drafting]
+            first = source.costs.cost(sum(1 + choice.lookup_k for choice, _ in drafting))
+            pending = [max(1, options.pending_for(source.source)) for _, options in drafting]
+            n_whole = sum(n + choice.lookup_k for n, (choice, _) in zip(pending, drafting))
+            whole = source.costs.cost(n_whole)
+            missed = [n - 1 for n in pending]
             share = 1.0
             n_missed = sum(missed)
             if spread and n_missed:
                 share = sum(m / options.belief.resume_runs.expected for m, (_, options) in zip(missed, drafting)) / n_missed
             ms += first + (whole - first) * share
             deeper = [sum(1 for choice, _ in drafting if choice.model_k >= depth) for depth in range(2, max(choice.model_k for choice, _ in drafting) + 1)]
-            ms += sum(self.costs.draft_batch(n) for n in deeper) + self.costs.draft_switches(self.last_draft, [n_whole, *deeper])
+            ms += sum(source.costs.cost(n) for n in deeper) + source.switches([n_whole, *deeper])
         return ms
 
     def _lone_step_ms(self, choice: Choice, options: SlotOptions, spread: bool) -> float:
@@ -269,15 +320,17 @@ class Planner:
         the draft model share their catch-up (kept for the plan in _drafting_ms)."""
         ms = self.overhead_ms + self.costs.verify(choice.k + 1) + SWITCH_LEGS * self.costs.target.switch(self.last_verify, choice.k + 1)
         if choice.model_k:
-            share = 1 / options.belief.resume_runs.expected if spread and options.pending > 1 else 1.0
-            key = (choice.lookup_k, options.pending, share)
+            source = self.source_of(choice)
+            pending = options.pending_for(source.source)
+            share = 1 / options.belief.resume_runs.expected if spread and pending > 1 else 1.0
+            key = (source.source, choice.lookup_k, pending, share)
             if key not in self._drafting_ms:
-                first = self.costs.draft_batch(1 + choice.lookup_k)
-                n_whole = max(1, options.pending) + choice.lookup_k
-                whole = self.costs.draft_batch(n_whole)
+                first = source.costs.cost(1 + choice.lookup_k)
+                n_whole = max(1, pending) + choice.lookup_k
+                whole = source.costs.cost(n_whole)
                 # the catch-up's change of size, and the change back to one token for the rest
-                switches = self.costs.draft_switches(self.last_draft, [n_whole]), self.costs.draft_switches(n_whole, [1])
-                self._drafting_ms[key] = (first + (whole - first) * share + switches[0], self.costs.draft_batch(1), switches[1])
+                switches = source.switches([n_whole]), source.switches([1], last=n_whole)
+                self._drafting_ms[key] = (first + (whole - first) * share + switches[0], source.costs.cost(1), switches[1])
             catch_up, per_token, back = self._drafting_ms[key]
             ms += catch_up + (choice.model_k - 1) * per_token + (back if choice.model_k > 1 else 0.0)
         return ms
@@ -289,23 +342,24 @@ class Planner:
         could lose in the batch: every drafting cost it incurs (its catch-up whole, its passes, the longer verify) if none
         of its tokens is accepted. Judged against the whole batch's rate, one slot's hoped-for draft never won beside
         three slots' lookup runs, and four slots on a GPU's costs never learned a draft that ran them 1.3x faster."""
-        if not self.has_draft_model or any(c.model_k for c in choices):
+        if not self.sources or any(c.model_k for c in choices):
             return choices
         self.exploration.accrue(self.step_ms(choices, slots))
-        if self.exploration.saved_ms < self.costs.draft_ms_per_token:  # no try loses less than its draft pass
+        if self.exploration.saved_ms < min(source.costs.cost(1) for source in self.sources):  # no try loses less than a draft pass
             return choices
         for i in auto:
             hoped = prefix_curves([slots[i].belief.confidence.hope] * MODEL_K_MAX)[0]
-            expected = self._model_curve(slots[i], MODEL_K_MAX)
             alone = [slots[i]]
             own_rate = self._rate([choices[i]], alone)
-            for k in range(1, min(slots[i].cap, MODEL_K_MAX) + 1):
-                if self._rate([Choice(self.model_source, k, 1 + hoped[k])], alone) <= own_rate:
-                    continue
-                trial = [*choices[:i], Choice(self.model_source, k, 1 + expected[k]), *choices[i + 1 :]]
-                worst_tokens = sum(choice.predicted for choice in choices) - choices[i].predicted + 1  # the try's slot gets one
-                worst_loss = self.step_ms(trial, slots) - worst_tokens / best_rate
-                return trial if self.exploration.afford(worst_loss) else choices
+            for source in self.sources:  # the cheapest K of the first model that would win for the slot
+                expected = self._model_curve(slots[i], MODEL_K_MAX, source)
+                for k in range(1, min(slots[i].cap, MODEL_K_MAX) + 1):
+                    if self._rate([Choice(source.source, k, 1 + hoped[k])], alone) <= own_rate:
+                        continue
+                    trial = [*choices[:i], Choice(source.source, k, 1 + expected[k]), *choices[i + 1 :]]
+                    worst_tokens = sum(choice.predicted for choice in choices) - choices[i].predicted + 1  # the try's slot gets one
+                    worst_loss = self.step_ms(trial, slots) - worst_tokens / best_rate
+                    return trial if self.exploration.afford(worst_loss) else choices
         return choices
 
     # --- learning -----------------------------------------------------------------------
@@ -326,7 +380,7 @@ class Planner:
         accepted the whole lookup part before them (else they were never judged); the lookup part teaches its match
         class through the shadows, as any run does."""
         if n_accepted >= choice.lookup_k:
-            self.draft_acceptance[asked_class].observe_asked(n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
+            self.source_of(choice).acceptance[asked_class].observe_asked(n_drafted - choice.lookup_k, n_accepted - choice.lookup_k)
 
     def observe_verify(self, n_tokens: int, ms: float) -> None:
         self.costs.observe_verify(n_tokens, ms, switched=self.last_verify not in (None, n_tokens))
@@ -338,7 +392,11 @@ class Planner:
             return
         self.overhead_ms = ms if not self.overhead_ms else OVERHEAD_DECAY * self.overhead_ms + (1 - OVERHEAD_DECAY) * ms
 
-    def observe_draft_pass(self, n_tokens: int, ms: float) -> None:
-        """A draft pass of n tokens (a catch-up, or one token for each of n slots) teaches the draft's cost at that size."""
-        self.costs.observe_draft(n_tokens, ms, switched=self.last_draft not in (None, n_tokens))
-        self.last_draft = n_tokens
+    def observe_draft_pass(self, n_tokens: int, ms: float, source: Source | None = None) -> None:
+        """A pass of n tokens of a model source (a catch-up, or one token for each of n slots; None: the first source)
+        teaches its cost at that size."""
+        model = next((m for m in self.sources if m.source is source), None) if source is not None else self.sources[0]
+        if model is None:
+            return
+        self.costs.observe_draft(model.costs, n_tokens, ms, switched=model.last_pass not in (None, n_tokens))
+        model.last_pass = n_tokens
