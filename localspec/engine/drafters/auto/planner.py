@@ -116,18 +116,15 @@ class Planner:
         self.last_verify: int | None = None
 
     @property
-    def has_draft_model(self) -> bool:
-        """Whether any model drafts auto's model tokens (the draft model, or a head)."""
+    def has_draft_model(self) -> bool:  # any model drafts auto's model tokens (the draft model, or a head)
         return bool(self.sources)
 
     @property
-    def model_source(self) -> Source:
-        """The first model source: the draft model where one is loaded."""
+    def model_source(self) -> Source:  # the first model source: the draft model where one is loaded
         return self.sources[0].source if self.sources else Source.MODEL
 
     @property
-    def draft_acceptance(self) -> ConfidenceClasses:
-        """The first model source's acceptance (a fresh table where there is none)."""
+    def draft_acceptance(self) -> ConfidenceClasses:  # the first model source's (a fresh table where there is none)
         return self.sources[0].acceptance if self.sources else ConfidenceClasses()
 
     def source_of(self, choice: Choice) -> ModelSource:
