@@ -30,13 +30,16 @@ class Head(Enum):
     DISAGREES = "disagrees"
 
 
-def llama_target(source: Path, path: Path, repeats: bool) -> Path:
+def llama_target(source: Path, path: Path, repeats: bool, chat_template: str | None = None) -> Path:
     """`source` (test-llama-archs's llama) with its last block copied up to TARGET_BLOCKS blocks; where `repeats`, a
-    target that repeats its last token (the module's docstring)."""
+    target that repeats its last token (the module's docstring); with a chat template where given (the bench formats
+    its prompts with it)."""
     reader = GGUFReader(source)
     n_layer = int(reader.fields["llama.block_count"].contents())
     writer = GGUFWriter(path, "llama")
     copy_fields(reader, writer, {"llama.block_count": TARGET_BLOCKS})
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     tensors = {tensor.name: np.array(tensor.data) for tensor in reader.tensors}
     types = {tensor.name: tensor.tensor_type for tensor in reader.tensors}
     for name in list(tensors):

@@ -15,10 +15,12 @@ import pytest
 from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PairMismatchError
+from localspec.machine import llama_build
 from tests import arch_models, eagle3_models
 from tests.conftest import cli
 from tests.eagle3_models import Head
 from tests.head_runs import acceptance, lossless_alone_and_in_four_slots
+from tests.tiny_models import CHAT_TEMPLATE
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +64,20 @@ def test_a_head_made_for_another_target_is_refused_by_check_and_at_load(models):
             engine.drafter("eagle3")
     fits = cli("check", "--target", str(models["repeats"]), "--draft", str(models[Head.AGREES.value]))
     assert fits.returncode == 0 and "an EAGLE-3 head made for a target of this shape" in fits.stdout
+
+
+def test_the_bench_runs_llama_cpps_draft_eagle3_beside_the_eagle3_drafter(models, tmp_path):
+    """The bench sets llama.cpp's own drafter of the same kind beside each drafter it benches (the registry's
+    reference): for eagle3, llama-speculative-simple --spec-type draft-eagle3 with the head as its draft, from a build
+    of the vendored sources (tests/test_gpu_check.py runs the same build for draft-simple and draft-mtp)."""
+    target = eagle3_models.llama_target(models["source"], tmp_path / "chat.gguf", repeats=True, chat_template=CHAT_TEMPLATE)
+    head = eagle3_models.eagle3_head(target, tmp_path / "head.gguf", Head.AGREES)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"id": "story", "category": "chat", "prompt": "tell me a story"}\n')
+    bin_dir = llama_build.ensure_built(lambda _stage: None)
+    result = cli("bench", "--target", str(target), "--draft", str(head), "--drafters", "eagle3", "--prompts", str(prompts),
+                 "--max-tokens", "16", "--rounds", "1", "--draft-max", "3", "--reference-p-min", "0", "--llama-cpp-bin", str(bin_dir),
+                 timeout=1800)
+    assert result.returncode == 0, result.stderr[-2000:]
+    row = re.search(r"K=3: llama-speculative-simple draft-eagle3 \(p-min 0\.00\) +[\d.]+ tok/s \( *([\d.]+)% accepted\) +localspec eagle3", result.stdout)
+    assert row is not None and float(row[1]) > 50, result.stdout[-2000:]  # llama.cpp's own EAGLE-3 agrees with the head too
