@@ -126,7 +126,7 @@ def write_models(out: Path, shape_name: str, sdist: Path | None, checks: list[Ch
     """The files the checks read, in `out` (each kept, and reused while its recipe holds): the qwen2 target, its
     layer-skip draft and the unrelated draft; the qwen35 target with its MTP block."""
     target, unrelated, mtp_target = gpu_models.SHAPES[shape_name]
-    writers: dict[str, tuple[object, Callable[[Path, gpu_models.Fields], Path]]] = {
+    writers: dict[str, tuple[gpu_models.Shape | gpu_models.HybridShape, Callable[[Path, gpu_models.Fields], Path]]] = {
         "target": (target, lambda path, fields: gpu_models.write_qwen2(path, target, 1, fields)),
         "layer-skip": (target, lambda path, fields: gpu_models.write_qwen2(path, target, 1, fields, blocks=LAYER_SKIP_BLOCKS)),
         "unrelated": (unrelated, lambda path, fields: gpu_models.write_qwen2(path, unrelated, 2, fields)),
@@ -139,7 +139,7 @@ def write_models(out: Path, shape_name: str, sdist: Path | None, checks: list[Ch
     for label, path in files.items():
         shape, write = writers[label]
         recipe = {"format": gpu_models.MODELS_FORMAT, "gain": gpu_models.BLOCK_GAIN, "logit_std": gpu_models.LOGIT_STD,
-                  "skip": LAYER_SKIP_BLOCKS, "shape": asdict(shape), "version": llama_sources.llama_cpp_version()}  # type: ignore[call-overload]
+                  "skip": LAYER_SKIP_BLOCKS, "shape": asdict(shape), "version": llama_sources.llama_cpp_version()}
         stamp = path.with_suffix(".json")
         if path.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == recipe:
             continue
