@@ -18,7 +18,8 @@ p-min 0); auto against the best fixed drafter; and every greedy departure of a s
 with the target's top-2 logit gap there (a near-tie, or a bug).
 
 Run: .venv/bin/python -m tests.tools.gpu_check [--sdist FILE] [--cpu] [--checks draft,mtp] [--shape 7b|small] [--tokens 256] [--rounds 3] [--out DIR]
-(--shape small --cpu runs in minutes on a 2-core CPU; the 7b shape wants a GPU: about 4.5 GB of weights a target.)
+(--shape small --cpu runs in minutes on a 2-core CPU; the 7b shape wants a GPU: about 4.5 GB of weights a target. A
+machine with no package registry gets what it needs from tests/tools/device_bundle.py.)
 """
 
 from __future__ import annotations
