@@ -140,9 +140,10 @@ def test_a_hybrid_step_is_priced_with_its_lookup_tokens_in_the_drafts_first_pass
     options = [SlotOptions(8, Lookup([11, 12, 13], 20), 1)]
     hybrid = Choice(Source.HYBRID, 5, 4.0, lookup_k=3)
     model = Choice(Source.MODEL, 2, 2.0)
-    costs = plan.costs
-    assert plan.step_ms([hybrid], options) == costs.verify(6) + costs.draft_batch(1 + 3) + costs.draft_batch(1)
-    assert plan.step_ms([model], options) == costs.verify(3) + costs.draft_batch(1) + costs.draft_batch(1)
+    costs, draft = plan.costs, plan.costs.draft
+    assert draft is not None
+    assert plan.step_ms([hybrid], options) == costs.verify(6) + draft.cost(1 + 3) + draft.cost(1)
+    assert plan.step_ms([model], options) == costs.verify(3) + draft.cost(1) + draft.cost(1)
 
 
 def belief_after(asks_per_resume: int) -> SequenceBelief:

@@ -54,15 +54,14 @@ def ledger(models: dict[str, Model], costs: CostTable) -> Iterator[list[float]]:
     """Every pass the models make while inside, priced at `costs` (a verify for the target, a draft pass for the draft),
     with the change of size where a pass's size is not its model's last one's."""
     spent: list[float] = []
-    prices: dict[str, Callable[[int], float]] = {"target": costs.verify, "draft": costs.draft_batch}
     for role, model in models.items():
         decode = model._decode_entries
         table = costs.target if role == "target" else costs.draft
         assert table is not None
         last: list[int | None] = [None]
 
-        def priced(entries, wants, decode=decode, price=prices[role], table=table, last=last):
-            spent.append(price(len(entries)) + table.switch(last[0], len(entries)))
+        def priced(entries, wants, decode=decode, table=table, last=last):
+            spent.append(table.cost(len(entries)) + table.switch(last[0], len(entries)))
             last[0] = len(entries)
             return decode(entries, wants)
 

@@ -115,7 +115,6 @@ class PassCosts:
                 weight = max(1 - COST_DECAY, 1 / (self.switch_observations + 1))
                 self.switch_ms += weight * (excess - self.switch_ms)
                 self.switch_observations += 1
-                self._asked.clear()
             return
         old = self.ms.get(n)
         seen = self.observations.get(n, 0.0)
@@ -159,11 +158,6 @@ class CostTable:
     @property
     def has_draft(self) -> bool:
         return self.draft is not None and bool(self.draft.ms)
-
-    def draft_batch(self, n: int) -> float:
-        """The draft's pass of n tokens: a catch-up (which also gives its first token), or n slots drafting together."""
-        assert self.draft is not None
-        return self.draft.cost(n)
 
     def observe_verify(self, n: int, ms: float, switched: bool = False) -> None:
         if not self.fixed:
