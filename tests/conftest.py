@@ -44,6 +44,7 @@ TINY_SPECS = {
     "unrelated": TinySpec(seed=2),
     "near": TinySpec(seed=3, base_seed=1, noise=0.1),  # agrees with the target often, not always
     "other_vocab": TinySpec(seed=4, vocab="other"),
+    "near_reordered": TinySpec(seed=3, base_seed=1, noise=0.1, vocab="reordered"),  # "near" in another tokenizer's ids
     "no_template": TinySpec(seed=1, chat_template=False),
     # Greedy from "tell me everything", this target talks for hundreds of tokens before any EOS (found by trying
     # seeds): an answer long enough to be stopped mid-way.

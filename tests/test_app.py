@@ -347,8 +347,10 @@ async def test_download_through_the_loopback_hub_with_progress(setup: Setup, tin
 
 @run_async
 async def test_small_terminal_help_models_settings(setup: Setup, tiny):
-    setup.write(local_pair("tiny", tiny["target"], tiny["near"]) + local_pair("broken", tiny["target"], tiny["other_vocab"]),
-                last_pair="tiny", max_tokens=8)
+    not_gguf = setup.root / "not-a-model.gguf"
+    not_gguf.write_text("hello")
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]) + local_pair("other-tokenizer", tiny["target"], tiny["other_vocab"])
+                + local_pair("broken", tiny["target"], not_gguf), last_pair="tiny", max_tokens=8)
     app = setup.app()
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.loaded is not None)
@@ -374,10 +376,18 @@ async def test_small_terminal_help_models_settings(setup: Setup, tiny):
         await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
         await pilot.press("c")
         await wait_for(pilot, lambda: "compatible" in str(app.screen.query_one("#report").render()), timeout=10)
-        await pilot.press("down")  # the broken pair
+        await pilot.press("down")  # a draft of another tokenizer: it loads, and the app says it drafts through text
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.loading_pair is None and app.loaded is not None and app.loaded.pair.id == "other-tokenizer")
+        assert any("drafts through text" in n.message for n in app._notifications)
+        view = await ask(pilot, app, "short")
+        assert view.text
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        await pilot.press("down", "down")  # the broken pair
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.loading_pair is None and app.loaded is None)
-        assert any("cannot be used together" in n.message for n in app._notifications)  # the app says why
+        assert any("is not a GGUF file" in n.message for n in app._notifications)  # the app says why
         await pilot.press("f2")  # and it is still usable
         await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
         await pilot.press("escape")

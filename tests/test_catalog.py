@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # longest matching prefix (Qwen3.5 and 3.6 share one vocabulary, Qwen3 another).
 FAMILIES = {"qwen2.5-coder": "qwen2.5-coder", "qwen2.5": "qwen2.5", "qwen3": "qwen3", "qwen3.5": "qwen3.5", "qwen3.6": "qwen3.5",
             "llama-3": "llama-3", "gemma-3": "gemma-3", "gemma-4": "gemma-4", "gpt-oss": "gpt-oss",
-            "deepseek-r1-distill-qwen": "deepseek-r1-distill-qwen"}
+            "deepseek-r1-distill-qwen": "deepseek-r1-distill-qwen", "phi-4": "phi-4"}
 
 
 def family(file: str) -> str:
@@ -25,7 +25,7 @@ def family(file: str) -> str:
     return FAMILIES[max((prefix for prefix in FAMILIES if name.startswith(prefix)), key=len)]
 
 
-def test_shipped_catalog_is_complete_and_each_pair_is_one_family():
+def test_shipped_catalog_is_complete_and_each_pair_is_one_family_or_says_it_is_not():
     catalog = load_catalog(user_file=ROOT / "no-such-file.toml")
     assert len(catalog.pairs) >= 10
     assert catalog.default.id == "qwen2.5-coder-1.5b"
@@ -38,7 +38,7 @@ def test_shipped_catalog_is_complete_and_each_pair_is_one_family():
         for ref in (pair.target, pair.draft):
             assert ref.repo and ref.file and ref.size and ref.quantization and ref.license, (pair.id, ref)
             assert ref.quantization.lower().replace("_", "") in ref.file.lower().replace("_", ""), ref.file
-        assert family(pair.target.file) == family(pair.draft.file), pair.id
+        assert (family(pair.target.file) != family(pair.draft.file)) == pair.other_tokenizer, pair.id  # a draft of another family says so
         assert pair.target.size > pair.draft.size, pair.id  # type: ignore[operator]
         # the RAM estimate covers at least both files
         assert pair.memory_gib * 2**30 >= pair.target.size + pair.draft.size, pair.id  # type: ignore[operator]
@@ -48,6 +48,8 @@ def test_shipped_catalog_is_complete_and_each_pair_is_one_family():
             "llama3.1-8b", "llama3.3-70b", "gemma3-12b", "deepseek-r1-distill-qwen-7b", "deepseek-r1-distill-qwen-14b"} <= ids
     # and the families of 2026 (issue 58): hybrid dense and MoE Qwen3.6, Gemma 4, GPT-OSS, Qwen3-Coder's MoE
     assert {"qwen3.6-35b-a3b", "qwen3.6-27b", "gemma4-31b", "gpt-oss-120b", "qwen3-coder-30b-a3b"} <= ids
+    # and a target with no small sibling, drafted through text by a model of another tokenizer (issue 60)
+    assert catalog.pairs["phi-4-bridged"].other_tokenizer
 
 
 def test_the_default_pair_is_the_real_pair_the_tests_use():
@@ -101,6 +103,7 @@ MISTAKES = [
     (catalog_text(extra_pair='draft_max = 0'), "draft_max", r"field draft_max: draft_max = 0; expected an integer from 1 to 32"),
     (catalog_text(extra_pair='draft_p_min = 1.5'), "draft_p_min", r"field draft_p_min: draft_p_min = 1.5; expected a number from 0 to 1"),
     (catalog_text(extra_pair='memory_gib = -2'), "memory_gib", r"field memory_gib: memory_gib = -2; expected a positive number"),
+    (catalog_text(extra_pair='other_tokenizer = "yes"'), "other_tokenizer", r"field other_tokenizer: other_tokenizer = 'yes'; expected true where"),
     (catalog_text(extra_pair='tags = ["code", "vision"]'), "tags", r"field tags: .*; expected a list drawn from code, chat, reasoning, multilingual"),
     (catalog_text(extra_pair='title = 3').replace('title = "A"\n', ''), "title = 3", r"field title: title = 3 is not text"),
     (catalog_text(extra_target='size = "big"'), "size", r"field target.size: size = 'big'; expected the file size in bytes"),

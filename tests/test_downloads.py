@@ -211,9 +211,8 @@ def test_header_only_check_over_http(hub: LoopbackHub, hub_config, tiny):
     good = check_pair_headers(hub_config, target, ModelRef(repo="tiny/near-GGUF", file="near.gguf"))
     assert good.compatible and good.target.remote and good.draft.remote
     assert good.target.summary.architecture == "llama" and good.target.summary.n_vocab == good.draft.summary.n_vocab
-    bad = check_pair_headers(hub_config, target, ModelRef(repo="tiny/other_vocab-GGUF", file="other_vocab.gguf"))
-    assert not bad.compatible
-    assert "cannot be used together" in bad.problem and "token" in bad.problem
+    other = check_pair_headers(hub_config, target, ModelRef(repo="tiny/other_vocab-GGUF", file="other_vocab.gguf"))
+    assert other.compatible and other.tokenizers_differ.startswith("token 100 is")  # it drafts through text
     assert all(r.range and r.range.startswith("bytes=") and not r.range.endswith("-") for r in hub.requests("cdn", "GET"))
     assert cache.cached_path(hub_config, "tiny/target-GGUF", "target.gguf") is None  # nothing was downloaded
 

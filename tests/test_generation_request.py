@@ -19,20 +19,20 @@ DOORS = {"command line": CLI_NAMES, "server": SERVER_NAMES, "app": APP_NAMES}
 
 
 def test_a_silent_request_gets_the_defaults_and_the_pairs_advice():
-    plain = resolve(Asked(), draft_model=True, context=2048)
+    plain = resolve(Asked(), parts=registry.PairParts.before_load(True), context=2048)
     assert plain.drafter == registry.DEFAULT and plain.config.draft_max == defaults.AUTO_DRAFT_MAX
     assert plain.config.draft_p_min == defaults.DRAFT_P_MIN and plain.config.max_tokens == 2048  # until the context is full
     assert plain.config.sampling.temperature == defaults.TEMPERATURE and plain.config.sampling.top_k == defaults.TOP_K
-    model = resolve(Asked(drafter="model"), draft_model=True, context=2048, pair=PAIR)
+    model = resolve(Asked(drafter="model"), parts=registry.PairParts.before_load(True), context=2048, pair=PAIR)
     assert (model.config.draft_max, model.config.draft_p_min) == (6, 0.3)  # the pair's recommendation
-    given = resolve(Asked(drafter="model", draft_max=2, draft_p_min=0.9, max_tokens=7), draft_model=True, context=2048, pair=PAIR)
+    given = resolve(Asked(drafter="model", draft_max=2, draft_p_min=0.9, max_tokens=7), parts=registry.PairParts.before_load(True), context=2048, pair=PAIR)
     assert (given.config.draft_max, given.config.draft_p_min, given.config.max_tokens) == (2, 0.9, 7)
-    assert resolve(Asked(max_tokens=-1), draft_model=True, context=300).config.max_tokens == 300  # llama.cpp's n_predict -1
+    assert resolve(Asked(max_tokens=-1), parts=registry.PairParts.before_load(True), context=300).config.max_tokens == 300  # llama.cpp's n_predict -1
 
 
 def test_k_zero_is_plain_decoding_whatever_the_drafter():
     for drafter in registry.DRAFTERS:
-        request = resolve(Asked(drafter=drafter, draft_max=0), draft_model=True, context=512)
+        request = resolve(Asked(drafter=drafter, draft_max=0), parts=registry.PairParts.before_load(True), context=512)
         assert (request.drafter, request.config.draft_max) == ("none", 0)
 
 
@@ -48,15 +48,15 @@ def test_every_door_refuses_the_same_things_naming_its_own_field(door):
     }
     for asked, words in refusals.items():
         with pytest.raises(UsageError) as refused:
-            resolve(asked, draft_model=False, context=512, names=names)
+            resolve(asked, parts=registry.PairParts.before_load(False), context=512, names=names)
         assert words in str(refused.value), (door, asked)
 
 
 def test_a_request_layers_over_the_servers_options():
     options = ServeOptions(drafter="ngram", draft_max=5, draft_p_min=0.2)
-    standing = resolve(Asked().over(options.standing), draft_model=False, context=512)
+    standing = resolve(Asked().over(options.standing), parts=registry.PairParts.before_load(False), context=512)
     assert (standing.drafter, standing.config.draft_max, standing.config.draft_p_min) == ("ngram", 5, 0.2)
-    own = resolve(Asked(drafter="none", temperature=0.7, seed=3).over(options.standing), draft_model=False, context=512)
+    own = resolve(Asked(drafter="none", temperature=0.7, seed=3).over(options.standing), parts=registry.PairParts.before_load(False), context=512)
     assert (own.drafter, own.config.sampling.temperature, own.config.sampling.seed) == ("none", 0.7, 3)
 
 
@@ -65,7 +65,7 @@ def test_the_apps_settings_are_checked_by_the_same_rules():
                           "max_tokens": "max tokens must be 1 or more"}.items():
         with pytest.raises(SettingsError, match=words):
             Settings().with_changes(**{change: {"draft_max": 99, "draft_p_min": 2.0, "max_tokens": 0}[change]})
-    request = resolve(Settings(drafter="model").asked, draft_model=True, context=999, pair=PAIR, names=APP_NAMES)
+    request = resolve(Settings(drafter="model").asked, parts=registry.PairParts.before_load(True), context=999, pair=PAIR, names=APP_NAMES)
     assert (request.config.max_tokens, request.config.draft_max, request.config.draft_p_min) == (999, 6, 0.3)
 
 

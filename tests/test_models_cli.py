@@ -13,6 +13,7 @@ import pytest
 
 from tests import real_pair
 from tests.conftest import cli
+from tests.eagle3_models import Head, eagle3_head
 from tests.hub_server import Fault, LoopbackHub
 
 
@@ -32,10 +33,16 @@ def tiny_pair(pair_id: str, target: str, draft: str) -> str:
 
 
 @pytest.fixture
-def tiny_hub(hub: LoopbackHub, hub_env: dict[str, str], tiny: dict[str, Path]) -> LoopbackHub:
-    for name in ("target", "near", "other_vocab"):
-        hub.add_file(f"tiny/{name}-GGUF", f"{name}.gguf", path=tiny[name])
-    write_user_catalog(hub_env, tiny_pair("tiny", "target", "near") + tiny_pair("tiny-bad", "target", "other_vocab"))
+def wrong_head(tiny: dict[str, Path], tmp_path: Path) -> Path:
+    """An EAGLE-3 head that reads layers 1-3 of a target, for the two-block tiny target: made for another model."""
+    return eagle3_head(tiny["target"], tmp_path / "wrong_head.gguf", Head.RANDOM)
+
+
+@pytest.fixture
+def tiny_hub(hub: LoopbackHub, hub_env: dict[str, str], tiny: dict[str, Path], wrong_head: Path) -> LoopbackHub:
+    for name, path in (*((name, tiny[name]) for name in ("target", "near", "other_vocab")), ("wrong_head", wrong_head)):
+        hub.add_file(f"tiny/{name}-GGUF", f"{name}.gguf", path=path)
+    write_user_catalog(hub_env, tiny_pair("tiny", "target", "near") + tiny_pair("tiny-bad", "target", "wrong_head"))
     return hub
 
 
@@ -78,7 +85,7 @@ def test_pull_list_generate_check_rm(tiny_hub: LoopbackHub, hub_env: dict[str, s
 def test_an_incompatible_pair_is_refused_before_the_download(tiny_hub: LoopbackHub, hub_env: dict[str, str]):
     result = cli("pull", "tiny-bad", env=hub_env)
     assert result.returncode == 1
-    assert "incompatible: The draft and target cannot be used together" in result.stderr
+    assert "incompatible: " in result.stderr and "EAGLE-3 head for another model" in result.stderr
     gets = tiny_hub.requests("cdn", "GET")
     assert gets and all(re.fullmatch(r"bytes=\d+-\d+", g.range or "") for g in gets)  # header ranges only, never a whole file
     assert row(cli("list", env=hub_env).stdout, "tiny-bad").split()[1] == "no"
@@ -171,8 +178,9 @@ def test_the_real_pair_checks_pulls_resumes_and_verifies(hub: LoopbackHub, hub_e
 def test_check_local_files_directly(tiny: dict[str, Path], hub_env: dict[str, str]):
     good = cli("check", "--target", str(tiny["target"]), "--draft", str(tiny["near"]), env=hub_env)
     assert good.returncode == 0 and "compatible" in good.stdout and good.stdout.count("header read from disk") == 2
-    bad = cli("check", "--target", str(tiny["target"]), "--draft", str(tiny["other_vocab"]), env=hub_env)
-    assert bad.returncode == 1 and "incompatible: The draft and target cannot be used together" in bad.stderr
+    other = cli("check", "--target", str(tiny["target"]), "--draft", str(tiny["other_vocab"]), env=hub_env)
+    assert other.returncode == 0 and "compatible through text: the draft's tokenizer is not the target's (token 100 is" in other.stdout
+    assert "--drafter bridged" in other.stdout
     missing = cli("check", "--target", str(tiny["target"]), "--draft", "./nowhere.gguf", env=hub_env)
     assert missing.returncode == 1 and "Model file not found: nowhere.gguf. Check the path" in missing.stderr
 

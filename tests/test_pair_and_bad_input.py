@@ -7,8 +7,9 @@ import shutil
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
-from localspec.engine.errors import ChatTemplateError, ModelLoadError, PairMismatchError
+from localspec.engine.errors import ChatTemplateError, EngineError, ModelLoadError
 from localspec.engine.llama.model import Model
 from localspec.engine.pair_check import check_pair
 from tests.conftest import cli
@@ -20,19 +21,20 @@ def test_compatible_pair_passes(tiny):
         check_pair(target.vocab, draft.vocab)  # different weights, same tokenizer: usable (if useless)
 
 
-def test_other_vocabulary_is_refused_naming_the_first_mismatch(tiny):
+def test_another_vocabulary_is_named_and_drafts_only_through_text(tiny):
     other = vocabulary("other")
-    with pytest.raises(PairMismatchError) as error:
-        Engine(EngineConfig(tiny["target"], tiny["other_vocab"]))
-    message = str(error.value)
-    assert "cannot be used together" in message
-    assert f"token 100 is {vocabulary()[100]!r} in the target but {other[100]!r} in the draft" in message
+    with Engine(EngineConfig(tiny["target"], tiny["other_vocab"])) as engine:
+        assert engine.tokenizers_differ == f"token 100 is {vocabulary()[100]!r} in the target but {other[100]!r} in the draft"
+        with pytest.raises(EngineError, match="has another tokenizer than the target .* --drafter bridged"):
+            engine.drafter("model")
+        assert engine.parts.lacks(DRAFTERS["hybrid"]) == "a draft with the target's tokenizer"
+        assert not engine.parts.lacks(DRAFTERS["bridged"]) and "drafts through text" in engine.drafting_note
 
 
-def test_different_eos_is_refused(tmp_path, tiny):
+def test_a_different_eos_is_another_tokenizer(tmp_path, tiny):
     draft = write_tiny_model(tmp_path / "eos.gguf", TinySpec(seed=5, eos=1))
-    with pytest.raises(PairMismatchError, match=r"eos differs \(target 2, draft 1\)"):
-        Engine(EngineConfig(tiny["target"], draft))
+    with Engine(EngineConfig(tiny["target"], draft)) as engine:
+        assert engine.tokenizers_differ == "eos differs (target 2, draft 1)"
 
 
 def test_missing_file(tmp_path):
@@ -73,7 +75,7 @@ def test_model_without_chat_template(tiny):
         ("missing", "Model file not found"),
         ("not_gguf", "is not a GGUF file"),
         ("truncated", "the file is truncated. Download it again"),  # the memory planner reads the header first
-        ("mismatch", "cannot be used together"),
+        ("mismatch", "has another tokenizer than the target (token 100 is"),  # --drafter model: its ids would be misread
         ("no_template", "has no chat template"),
     ],
 )
@@ -91,7 +93,8 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, tiny, case, expected)
         draft = tiny["other_vocab"]
     elif case == "no_template":
         target, draft = tiny["no_template"], tiny["target"]
-    result = cli("generate", "--target", str(target), "--draft", str(draft), "--prompt", "hi", "--max-tokens", "4")
+    drafter = ["--drafter", "model"] if case == "mismatch" else []
+    result = cli("generate", "--target", str(target), "--draft", str(draft), "--prompt", "hi", "--max-tokens", "4", *drafter)
     assert result.returncode == 1
     assert expected in result.stderr
     assert "Traceback" not in result.stderr

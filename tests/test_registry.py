@@ -25,7 +25,7 @@ def test_the_command_line_offers_exactly_the_registry():
     drafter = next(action for action in generate._actions if action.dest == "drafter")
     # Not given, the drafter is the request resolver's default, as the server's and the app's are.
     assert list(drafter.choices) == list(DRAFTERS) and drafter.default is None and f"(default {DEFAULT})" in drafter.help
-    assert resolve(Asked(), draft_model=False, context=512).drafter == DEFAULT
+    assert resolve(Asked(), parts=PairParts.before_load(False), context=512).drafter == DEFAULT
     for row in DRAFTERS.values():
         assert row.description in drafter.help
 

@@ -46,7 +46,14 @@ def byte_symbols() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
+def merges(variant: str = "base") -> list[tuple[str, str]]:
+    """The BPE merges: the "reordered" vocabulary has one the others lack ("th")."""
+    return [*MERGES, ("t", "h")] if variant == "reordered" else MERGES
+
+
 def vocabulary(variant: str = "base") -> list[str]:
+    if variant == "reordered":  # another tokenizer of the same text: every id moved, and a token the base lacks
+        return SPECIALS + byte_symbols()[::-1] + [a + b for a, b in merges(variant)]
     tokens = SPECIALS + byte_symbols() + [a + b for a, b in MERGES]
     if variant == "other":  # a different tokenizer: two ordinary tokens trade places
         tokens[100], tokens[101] = tokens[101], tokens[100]
@@ -92,16 +99,29 @@ def _weights(seed: int, n_vocab: int) -> dict[str, np.ndarray]:
     return tensors
 
 
+def _reordered_rows(tensors: dict[str, np.ndarray], tokens: list[str], seed: int) -> None:
+    """Give each token of another vocabulary the base vocabulary's rows for the same text (a fresh row where the base has
+    none): the same model, spelled in other ids."""
+    base = {text: i for i, text in enumerate(vocabulary())}
+    rng = np.random.default_rng(seed)
+    for name in ("token_embd.weight", "output.weight"):
+        rows = tensors[name]
+        fresh = (rng.standard_normal(rows.shape[1]) * rows.std()).astype(np.float32)
+        tensors[name] = np.stack([rows[base[text]] if text in base else fresh for text in tokens])
+
+
 def write_tiny_model(path: Path, spec: TinySpec) -> Path:
     tokens = vocabulary(spec.vocab)
     if spec.base_seed is None:
         tensors = _weights(spec.seed, len(tokens))
     else:
-        tensors = _weights(spec.base_seed, len(tokens))
+        tensors = _weights(spec.base_seed, len(vocabulary()) if spec.vocab == "reordered" else len(tokens))
         noise = np.random.default_rng(spec.seed)
         for value in tensors.values():
             if value.ndim == 2:
                 value += (noise.standard_normal(value.shape) * spec.noise * value.std()).astype(np.float32)
+        if spec.vocab == "reordered":
+            _reordered_rows(tensors, tokens, spec.seed)
 
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(f"tiny-{spec.seed}")
@@ -123,7 +143,7 @@ def write_tiny_model(path: Path, spec: TinySpec) -> Path:
             types[tokens.index(text)] = gguf.TokenType.CONTROL
             writer.add_uint32(f"tokenizer.ggml.fim_{role}_token_id", tokens.index(text))
     writer.add_token_types(types)
-    writer.add_token_merges([f"{a} {b}" for a, b in MERGES])
+    writer.add_token_merges([f"{a} {b}" for a, b in merges(spec.vocab)])
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(spec.eos)
     writer.add_add_bos_token(False)

@@ -33,7 +33,7 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.generation_config import GenerationConfig
-from localspec.engine.pair_check import EAGLE3_ARCHITECTURE
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, tokenizer_difference
 from localspec.engine.sampling import SamplingParams
 from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
@@ -99,9 +99,11 @@ def parse_p_mins(text: str) -> list[float]:
 
 
 def parse_drafters(text: str | None, parts: registry.PairParts) -> list[str]:
-    """The fixed drafters to sweep: as given (`none`: not one, so plain and auto alone), else every one this pair can run."""
+    """The fixed drafters to sweep: as given (`none`: not one, so plain and auto alone), else every one this pair can run
+    (drafting through text only where the draft's tokenizer needs it)."""
     if text is None:
-        return [d for d in BENCH_DRAFTERS if not parts.lacks(registry.DRAFTERS[d])]
+        return [d for d in BENCH_DRAFTERS if not parts.lacks(registry.DRAFTERS[d])
+                and not (registry.DRAFTERS[d].any_vocab and parts.same_tokenizer)]
     names = [part.strip() for part in text.split(",") if part.strip()]
     if names == [NO_FIXED_DRAFTER]:
         return []
@@ -118,10 +120,13 @@ def parse_drafters(text: str | None, parts: registry.PairParts) -> list[str]:
 
 
 def _pair_parts(config: EngineConfig) -> registry.PairParts:
-    """What the pair's files offer the drafters, from their headers: a draft model or an EAGLE-3 head, MTP layers."""
-    eagle3 = config.draft is not None and read_local_header(config.draft).architecture == EAGLE3_ARCHITECTURE
-    mtp_layers = bool(read_local_header(config.target).arch_value("nextn_predict_layers"))
-    return registry.PairParts(config.draft is not None and not eagle3, mtp_layers, eagle3)
+    """What the pair's files offer the drafters, from their headers: a draft model (of the target's tokenizer or not) or an
+    EAGLE-3 head, MTP layers."""
+    target = read_local_header(config.target)
+    draft = read_local_header(config.draft) if config.draft is not None else None
+    eagle3 = draft is not None and draft.architecture == EAGLE3_ARCHITECTURE
+    same_tokenizer = draft is None or eagle3 or not tokenizer_difference(target, draft)
+    return registry.PairParts(draft is not None and not eagle3, bool(target.arch_value("nextn_predict_layers")), eagle3, same_tokenizer)
 
 
 def parse_ks(text: str) -> list[int]:

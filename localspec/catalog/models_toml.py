@@ -41,6 +41,7 @@ _PAIR_FIELDS = {
     "draft_p_min": "a number from 0 to 1: stop drafting below this draft confidence",
     "memory_gib": f"a positive number: GiB of RAM or VRAM the pair needs at a {defaults.N_CTX}-token context",
     "notes": "text in quotes",
+    "other_tokenizer": "true where the draft's tokenizer is not the target's (it drafts through text), else leave it out",
 }
 _MODEL_FIELDS = {
     "repo": "a Hugging Face repository id such as \"Qwen/Qwen2.5-Coder-7B-Instruct-GGUF\"",
@@ -129,6 +130,7 @@ class Pair:
     draft_p_min: float | None = None
     memory_gib: float | None = None
     notes: str = ""
+    other_tokenizer: bool = False  # the draft's tokenizer is not the target's: it drafts through text (the bridged drafter)
     source: str = ""  # the file that defined it, for messages
 
 
@@ -243,6 +245,9 @@ class _Parser:
         draft_max = raw.get("draft_max")
         if draft_max is not None and (not isinstance(draft_max, int) or isinstance(draft_max, bool) or not 1 <= draft_max <= 32):
             raise self.fail(f"draft_max = {draft_max!r}", _PAIR_FIELDS["draft_max"], key="draft_max", **ctx)
+        other_tokenizer = raw.get("other_tokenizer", False)
+        if not isinstance(other_tokenizer, bool):
+            raise self.fail(f"other_tokenizer = {other_tokenizer!r}", _PAIR_FIELDS["other_tokenizer"], key="other_tokenizer", **ctx)
         return Pair(
             id=pair_id,
             title=text["title"],
@@ -254,6 +259,7 @@ class _Parser:
             draft_max=draft_max,
             draft_p_min=self.number(raw, "draft_p_min", ctx, 0.0, 1.0),
             memory_gib=self.number(raw, "memory_gib", ctx, 0.0, None),
+            other_tokenizer=other_tokenizer,
             source=self.source,
         )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair
 from localspec.engine.errors import PairMismatchError
-from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_eagle3_head, check_pair
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_eagle3_head, tokenizer_difference
 from localspec.gguf.header import GGUFHeader, read_local_header
 from localspec.gguf.summary import ModelSummary
 from localspec.hub import cache
@@ -121,8 +121,9 @@ class HeaderReport:
 class PairCheck:
     target: HeaderReport
     draft: HeaderReport
-    problem: str | None  # None: the pair passes llama.cpp's vocabulary rules
+    problem: str | None  # None: the pair can draft (an EAGLE-3 head must be made for the target)
     seconds: float
+    tokenizers_differ: str = ""  # how the draft's tokenizer is not the target's: it drafts through text (bridged)
 
     @property
     def compatible(self) -> bool:
@@ -163,12 +164,13 @@ def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef) -> 
             check_eagle3_head(target.label, int(target_header.arch_value("block_count") or 0),
                               int(target_header.arch_value("embedding_length") or 0), draft.label,
                               list(draft_header.arch_value("target_layers") or []), draft_header.arch_value("target_hidden_size"))
+            differ = ""
         else:
-            check_pair(target_header, draft_header)
+            differ = tokenizer_difference(target_header, draft_header)
         problem = None
     except PairMismatchError as exc:
-        problem = str(exc)
-    return PairCheck(target_report, draft_report, problem, time.perf_counter() - start)
+        problem, differ = str(exc), ""
+    return PairCheck(target_report, draft_report, problem, time.perf_counter() - start, differ)
 
 
 @dataclass(frozen=True)

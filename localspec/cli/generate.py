@@ -22,7 +22,7 @@ def run_generate(args: argparse.Namespace) -> int:
     asked = Asked(drafter=registry.PLAIN if args.no_draft else args.drafter, draft_max=0 if args.no_draft else args.draft_max,
                   draft_p_min=args.draft_p_min, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, min_p=args.min_p, seed=args.seed, verification=args.verification, stop=tuple(args.stop))
-    request = resolve(asked, draft_model=args.draft is not None, context=args.ctx_size, pair=pair)  # said before anything loads
+    request = resolve(asked, parts=registry.PairParts.before_load(args.draft is not None), context=args.ctx_size, pair=pair)  # said before anything loads
     plan = memory_plan_from_args(args, with_draft=not args.no_draft)
     for warning in plan.warnings:
         print(f"localspec: warning: {warning}", file=sys.stderr)

@@ -24,6 +24,7 @@ from localspec.catalog.pair_files import (
 )
 from localspec.cli.confirm import confirmed
 from localspec.cli.progress_bar import ProgressBar
+from localspec.engine.drafters.registry import bridge_note
 from localspec.engine.pair_check import EAGLE3_ARCHITECTURE
 from localspec.errors import UsageError
 from localspec.gguf.memory_kind import memory_kind
@@ -140,6 +141,8 @@ def _print_check(result: PairCheck) -> None:
         if d.architecture == EAGLE3_ARCHITECTURE:
             print("compatible: the draft is an EAGLE-3 head made for a target of this shape (it reads three of its layers); "
                   "--drafter eagle3, or auto, drafts with it.")
+        elif result.tokenizers_differ:
+            print(f"compatible through text: {bridge_note(result.tokenizers_differ)}")
         else:
             print(f"compatible: the draft shares the target's {t.vocab_type} vocabulary "
                   f"({d.n_vocab} and {t.n_vocab} tokens, identical text from id 5).")

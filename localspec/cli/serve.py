@@ -17,7 +17,7 @@ def run_serve(args: argparse.Namespace) -> int:
                            alias=args.alias or args.pair or args.target.stem, drafter=args.drafter or registry.DEFAULT,
                            draft_max=args.draft_max, draft_p_min=args.draft_p_min, pair=pair, parallel=args.parallel)
     # The server's own settings are what a silent request gets: checked now, by the rules every request meets.
-    resolve(options.standing, draft_model=args.draft is not None, context=args.ctx_size, pair=pair)
+    resolve(options.standing, parts=registry.PairParts.before_load(args.draft is not None), context=args.ctx_size, pair=pair)
     check_parallel(options)
     check_bind(options)  # before the memory plan reads the headers
     args.ctx_size *= options.parallel  # --ctx-size is each slot's: the caches hold a context per slot

@@ -25,7 +25,7 @@ from localspec.engine.llama.eagle3_head import Eagle3File
 from localspec.engine.llama.gguf_file import architecture
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.llama.mtp_head import mtp_layers
-from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_pair
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_pair, tokenizer_difference
 from localspec.engine.pass_costs import CostTable, calibrate
 from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
@@ -58,6 +58,9 @@ class Engine:
         self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads,
                                                        devices=config.target_devices), role="target", cancel=cancel)
         self.draft: Model | None = None
+        # How the draft's tokenizer differs from the target's ('' where it is the same): then only a drafter that
+        # drafts through text (the registry's any_vocab rows) can run it.
+        self.tokenizers_differ = ""
         self.eagle3: Eagle3File | None = None  # the pair's EAGLE-3 head, where its draft is one: the drafter loads it
         self._self_draft: Model | None = None
         try:
@@ -70,7 +73,7 @@ class Engine:
                                                                     devices=config.draft_devices), role="draft", cancel=cancel)
                 self._check_cancel(cancel)
                 report("checking the pair")
-                check_pair(self.target.vocab, self.draft.vocab)
+                self.tokenizers_differ = tokenizer_difference(self.target.vocab, self.draft.vocab)
         except BaseException:
             self.close()
             raise
@@ -81,15 +84,23 @@ class Engine:
 
     @property
     def drafting_note(self) -> str:
-        """Why this pair's target verifies shorter drafts than asked, or none (its memory: llama/memory.py); empty where
-        nothing limits them. The command line, the server and the app say it once, at load."""
+        """Why this pair's target verifies shorter drafts than asked (its memory: llama/memory.py), and whether its draft
+        drafts through text (another tokenizer); empty where neither. The command line, the server and the app say it once, at load."""
         reason = self.target.memory.reason
-        return f"{self.target.path.name}: {reason}" if reason else ""
+        notes = [f"{self.target.path.name}: {reason}"] if reason else []
+        if self.tokenizers_differ and self.draft is not None:
+            notes.append(f"{self.draft.path.name}: {registry.bridge_note(self.tokenizers_differ)}")
+        return "; ".join(notes)
 
     @property
     def mtp_layers(self) -> int:
         """The MTP layers the target keeps (the mtp drafter's head; 0: none)."""
         return mtp_layers(self.target)
+
+    @property
+    def parts(self) -> registry.PairParts:
+        """What this pair offers the drafters: which of them can run on it."""
+        return registry.PairParts(self.draft is not None, self.mtp_layers > 0, self.eagle3 is not None, not self.tokenizers_differ)
 
     @property
     def speculative(self) -> Decoder:
@@ -145,6 +156,16 @@ class Engine:
         return table.target.ms.get(1) if table is not None else None
 
     def draft_model(self) -> Model:
+        if self.tokenizers_differ:
+            assert self.draft is not None
+            bridged = [d.name for d in registry.DRAFTERS.values() if d.any_vocab]
+            raise EngineError(f"{self.draft.path.name} has another tokenizer than the target ({self.tokenizers_differ}), so its "
+                              f"tokens cannot be verified as they are: run it with --drafter {' or '.join(bridged)}, which "
+                              "drafts through text, or auto.")
+        return self.bridged_draft()
+
+    def bridged_draft(self) -> Model:
+        """The draft model, whatever its tokenizer (a drafter that drafts through text)."""
         if self.draft is None:
             needing = [d.name for d in registry.DRAFTERS.values() if d.needs_draft_model]
             if self.eagle3 is not None:

@@ -52,22 +52,28 @@ def _refuse(reason: str) -> PairMismatchError:
 
 def check_pair(target: TokenizerFacts, draft: TokenizerFacts) -> None:
     """Raise PairMismatchError naming the first difference, or return if the pair is usable."""
+    if reason := tokenizer_difference(target, draft):
+        raise _refuse(reason)
+
+
+def tokenizer_difference(target: TokenizerFacts, draft: TokenizerFacts) -> str:
+    """The first difference that keeps the draft's token ids from meaning the target's ('' where none): such a draft
+    drafts only through text (the bridged drafter)."""
     if target.vocab_type != draft.vocab_type:
-        raise _refuse(f"vocabulary types differ (target {vocab_name(target.vocab_type)}, draft {vocab_name(draft.vocab_type)})")
+        return f"vocabulary types differ (target {vocab_name(target.vocab_type)}, draft {vocab_name(draft.vocab_type)})"
     for name in ("bos", "eos", "add_bos", "add_eos"):
         t, d = getattr(target, name), getattr(draft, name)
         if t != d:
-            raise _refuse(f"{name} differs (target {t!r}, draft {d!r})")
+            return f"{name} differs (target {t!r}, draft {d!r})"
     difference = abs(target.n_vocab - draft.n_vocab)
     if difference > MAX_VOCAB_SIZE_DIFFERENCE:
-        raise _refuse(
-            f"vocabulary sizes differ by {difference} (target {target.n_vocab}, draft {draft.n_vocab}; "
-            f"at most {MAX_VOCAB_SIZE_DIFFERENCE} is allowed)"
-        )
+        return (f"vocabulary sizes differ by {difference} (target {target.n_vocab}, draft {draft.n_vocab}; "
+                f"at most {MAX_VOCAB_SIZE_DIFFERENCE} is allowed)")
     for token in range(FIRST_COMPARED_TOKEN, min(target.n_vocab, draft.n_vocab)):
         t, d = target.token_text(token), draft.token_text(token)
         if t != d:
-            raise _refuse(f"token {token} is {t!r} in the target but {d!r} in the draft")
+            return f"token {token} is {t!r} in the target but {d!r} in the draft"
+    return ""
 
 
 EAGLE3_ARCHITECTURE = "eagle3"  # general.architecture of an EAGLE-3 head's GGUF: a head over the target's layers

@@ -30,6 +30,7 @@ class GenerationStats:
     t_draft_ms: float = 0.0
     t_verify_ms: float = 0.0
     t_llama_ms: float = 0.0  # inside llama_decode, every model the generation used: the rest is Python
+    t_bridge_ms: float = 0.0  # translating a draft of another tokenizer, both ways (part of the Python; one slot's)
     # target verify passes by batch size: {n_tokens: [count, total_ms]}, for cost models
     verify_ms_by_batch: dict[int, list[float]] = field(default_factory=dict)
     # the auto controller's choices: {"ngram K=6": steps, ...}, and the tokens per step it predicted in total
@@ -80,7 +81,7 @@ class GenerationStats:
         total = cls()
         for s in runs:
             for name in ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
-                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted"):
+                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "t_bridge_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total._reach_position(len(s.draft_n_per_pos))
             for i, (drafted, accepted) in enumerate(zip(s.draft_n_per_pos, s.n_acc_tokens_per_pos)):

@@ -60,9 +60,8 @@ class ServerState:
                       draft_p_min=_number(request.option("speculative.p_min"), "speculative.p_min", float), max_tokens=max_tokens,
                       temperature=request.temperature, top_k=request.top_k, top_p=request.top_p, min_p=request.min_p, seed=request.seed,
                       stop=request.stop_strings, grammar=grammar, penalties=requested_penalties(request, self.engine.target.n_vocab))
-        resolved = resolve(asked.over(self.options.standing), draft_model=self.engine.draft is not None, context=self.engine.target.n_ctx,
-                           pair=self.options.pair, names=SERVER_NAMES, mtp_layers=self.engine.mtp_layers > 0,
-                           eagle3_head=self.engine.eagle3 is not None)
+        resolved = resolve(asked.over(self.options.standing), parts=self.engine.parts, context=self.engine.target.n_ctx,
+                           pair=self.options.pair, names=SERVER_NAMES)
         return resolved.drafter, resolved.config
 
     def standing_params(self) -> dict[str, Any]:

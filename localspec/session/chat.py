@@ -153,8 +153,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     queue, so drawing never falls behind and never takes CPU the models need.
     """
     engine = loaded.engine
-    request = resolve(settings.asked, draft_model=engine.draft is not None, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES,
-                      mtp_layers=engine.mtp_layers > 0, eagle3_head=engine.eagle3 is not None)
+    request = resolve(settings.asked, parts=engine.parts, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES)
     if not engine.has_decoder(request.drafter):
         on_stage(f"preparing the {request.drafter} drafter")
     decoder: Decoder = engine.decoder(request.drafter)

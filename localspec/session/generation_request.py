@@ -61,12 +61,11 @@ SERVER_NAMES = {"drafter": "localspec.drafter", "draft_max": "speculative.n_max"
 APP_NAMES = {"drafter": "drafter", "draft_max": "draft-max", "draft_p_min": "draft p-min", "max_tokens": "max tokens"}
 
 
-def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None = None,
-            names: Mapping[str, str] = CLI_NAMES, mtp_layers: bool = True, eagle3_head: bool = True) -> GenerationRequest:
-    """The drafter and GenerationConfig for `asked`, on a pair whose draft model is loaded or not (`draft_model`), whose
-    target keeps MTP layers or not and whose draft is an EAGLE-3 head or not (True where not known yet: the engine says
-    at load), and whose answers may fill `context` tokens; the pair's recommended K and p-min where the request gives
-    none."""
+def resolve(asked: Asked, *, parts: registry.PairParts, context: int, pair: Pair | None = None,
+            names: Mapping[str, str] = CLI_NAMES) -> GenerationRequest:
+    """The drafter and GenerationConfig for `asked`, on a pair that offers the drafters `parts` (what is not known before
+    the load counts as there: the engine says at load), and whose answers may fill `context` tokens; the pair's
+    recommended K and p-min where the request gives none."""
     drafter = asked.drafter or registry.DEFAULT
     if drafter not in registry.DRAFTERS:
         raise UsageError(f"{names['drafter']} must be one of {', '.join(registry.DRAFTERS)}, not {drafter!r}.")
@@ -76,10 +75,10 @@ def resolve(asked: Asked, *, draft_model: bool, context: int, pair: Pair | None 
         raise UsageError(f"{names['draft_max']} must be from 0 to {defaults.DRAFT_MAX_LIMIT}, not {draft_max}.")
     if draft_max == 0 or not registry.DRAFTERS[drafter].drafts:
         drafter, draft_max = registry.PLAIN, 0
-    if registry.DRAFTERS[drafter].needs_draft_model and not draft_model:
+    if registry.DRAFTERS[drafter].needs_draft_model and not parts.draft_model:
         raise UsageError(f"{names['drafter']} {drafter} needs a draft model, and none is loaded: load a pair with a draft, "
                          f"or pick a drafter that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
-    if lacking := registry.PairParts(draft_model, mtp_layers, eagle3_head).lacks(registry.DRAFTERS[drafter]):
+    if lacking := parts.lacks(registry.DRAFTERS[drafter]):
         raise UsageError(f"{names['drafter']} {drafter} needs {lacking}, and this pair has none: load one, or pick another drafter.")
     p_min = draft_p_min(asked.draft_p_min, pair)
     if not 0.0 <= p_min <= 1.0:

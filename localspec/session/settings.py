@@ -51,7 +51,7 @@ class Settings:
         for field in fields(self):
             _check_type(field.name, str(field.type), getattr(self, field.name))
         try:  # what an answer is generated with: the rules every door's requests meet (session/generation_request.py)
-            resolve(self.asked, draft_model=True, context=self.n_ctx, names=APP_NAMES)
+            resolve(self.asked, parts=registry.PairParts.before_load(True), context=self.n_ctx, names=APP_NAMES)
         except (UsageError, SamplingSettingsError) as exc:
             raise SettingsError(f"Invalid setting: {exc}") from None
         checks = [

@@ -217,6 +217,7 @@ class BatchScheduler:
                 slot.job.generating_since_ns = now
                 if len(self.slots) == 1:
                     slot.job.llama_ns = -_decode_ns(self._models())
+                    slot.job.bridge_ns = -slot.job.request.drafter.bridge_ns
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
 
@@ -340,6 +341,7 @@ class BatchScheduler:
         if generation.generating_since_ns:
             if len(self.slots) == 1:
                 generation.llama_ns += _decode_ns(self._models())
+                stats.t_bridge_ms = (generation.bridge_ns + generation.request.drafter.bridge_ns) / 1e6
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6
         slot.generation = None

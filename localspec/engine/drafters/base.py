@@ -118,6 +118,11 @@ class Drafter(ABC):
     models: tuple[Decoding, ...] = ()
     costs: CostTable | None = None  # the pass costs a drafter that prices its steps measures (auto); the bench reports them
 
+    @property
+    def bridge_ns(self) -> int:
+        """Time spent translating a draft of another tokenizer (bridged.py): the statistics report it."""
+        return 0
+
     def begin(self, seq: int, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """Sequence `seq` starts an answer to `prompt` (at least one token); the target has not read it yet."""
 
@@ -185,7 +190,18 @@ class DraftSources(Protocol):
     def draft(self) -> Model | None: ...
 
     def draft_model(self) -> Model:
-        """The draft model, for a drafter that cannot work without one; a clear error when none was loaded."""
+        """The draft model, for a drafter that cannot work without one; a clear error when none was loaded, or when its
+        tokenizer is not the target's."""
+        ...
+
+    def bridged_draft(self) -> Model:
+        """The draft model whatever its tokenizer, for a drafter that drafts through text; a clear error when none was
+        loaded."""
+        ...
+
+    @property
+    def tokenizers_differ(self) -> str:
+        """How the draft's tokenizer differs from the target's ('' where it is the same, or there is no draft)."""
         ...
 
     def self_draft(self) -> Model:

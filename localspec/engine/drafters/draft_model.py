@@ -25,17 +25,23 @@ from localspec.engine.sampling import Distribution, SamplingParams, distribution
 from localspec.engine.tokens import common_prefix
 
 
-def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | None,
-                     rng: np.random.Generator) -> tuple[int, Distribution | None] | None:
+def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator,
+                     within: np.ndarray | None = None) -> tuple[int, Distribution | None] | None:
     """The draft's next token from its logits `row`, greedy (sampling None) or drawn from q (then with q); None where the
     draft's best token is less likely than p_min, which ends the draft there. Every draft model's token, for one
-    sequence or for a batch of slots, is chosen here."""
+    sequence or for a batch of slots, is chosen here. `within` (a mask over the draft's vocabulary) restricts q to the
+    tokens it marks: a draft of another tokenizer samples only tokens the target has too (bridged.py)."""
     if sampling is None:
         if p_min <= 0.0:
             return int(row.argmax()), None
         token, confidence = greedy_with_confidence(row)
         return (token, None) if confidence >= p_min else None
     q = distribution(row, sampling)
+    if within is not None:
+        kept = within[q.ids]
+        if not kept.any():
+            return None
+        q = Distribution(q.ids[kept], q.probs[kept] / q.probs[kept].sum())
     return (q.sample(rng), q) if q.top_prob >= p_min else None
 
 
@@ -77,6 +83,7 @@ class ModelDrafter(Drafter):
 
     def __init__(self, model: Model, name: str = "model", lazy_start: bool = False) -> None:
         self.model = model
+        self.within: np.ndarray | None = None  # the draft tokens a sampled draft may propose (None: all of them)
         self.models = (model,)
         self.name = name
         self.lazy_start = lazy_start  # read a prompt only when first asked to draft (auto may never ask)
@@ -116,6 +123,14 @@ class ModelDrafter(Drafter):
         state = self._seqs.get(seq)
         return len(state.pending) if state is not None else 0
 
+    def reread_last(self, seq: int) -> None:
+        """Make `seq`'s last cached token pending again, so its next pass yields the row after it: a draft fed through
+        text (bridged.py) may have been given nothing new to read."""
+        cells = self.model.cells.tokens[seq]
+        held_before = list(cells)
+        held = self.model.forget(seq, len(cells) - 1)
+        self._seqs[seq].pending[:0] = held_before[held:]
+
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
         return self.draft([DraftOrder.of(ask) for ask in asks])
 
@@ -139,7 +154,7 @@ class ModelDrafter(Drafter):
         speculated = self._seqs[order.seq].speculated
         while True:
             start = time.perf_counter_ns()
-            chosen = next_draft_token(self._decode(order.seq, tokens, 1)[-1], order.p_min, order.sampling, order.rng)
+            chosen = next_draft_token(self._decode(order.seq, tokens, 1)[-1], order.p_min, order.sampling, order.rng, self.within)
             self.passes.append((len(tokens), (time.perf_counter_ns() - start) / 1e6))
             if chosen is None:
                 return
@@ -157,7 +172,7 @@ class ModelDrafter(Drafter):
             start = time.perf_counter_ns()
             for item, row in zip(active, self._rows(entries), strict=True):
                 order = item.order
-                chosen = next_draft_token(row, order.p_min, order.sampling, order.rng)
+                chosen = next_draft_token(row, order.p_min, order.sampling, order.rng, self.within)
                 if chosen is not None:
                     item.draft.append(*chosen)
                 item.done = chosen is None or len(item.draft.tokens) >= order.k

@@ -38,6 +38,7 @@ class DrafterSpec:
     reference: str | None = None  # llama.cpp's --spec-type that drafts as it does: the bench runs llama-speculative-simple beside it
     mtp_layers: bool = False  # it drafts with the target's own MTP layers (only a target whose GGUF carries them)
     eagle3_head: bool = False  # it drafts with an EAGLE-3 head (--draft names one made for the target)
+    any_vocab: bool = False  # its draft model may have another tokenizer than the target's (it drafts through text)
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -61,6 +62,8 @@ _SPECS = (
                 False, "mtp", mtp_layers=True, sample_match=True, reference="draft-mtp"),
     DrafterSpec("eagle3", "an EAGLE-3 head (--draft, an eagle3 GGUF made for the target) drafts from three of the target's layers",
                 False, "eagle3", eagle3_head=True, sample_match=True, reference="draft-eagle3"),
+    DrafterSpec("bridged", "the draft model, of another tokenizer than the target's: its text is re-tokenized for the target",
+                True, "bridged", any_vocab=True),
     DrafterSpec("none", "plain decoding", False, "base", "build_none", drafts=False),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
@@ -74,16 +77,25 @@ NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs
 
 @dataclass(frozen=True)
 class PairParts:
-    """What a pair offers the drafters beside its target: a draft model, MTP layers in the target's file, an EAGLE-3 head."""
+    """What a pair offers the drafters beside its target: a draft model (of the target's tokenizer or not), MTP layers in
+    the target's file, an EAGLE-3 head."""
 
     draft_model: bool
     mtp_layers: bool = False
     eagle3_head: bool = False
+    same_tokenizer: bool = True
+
+    @classmethod
+    def before_load(cls, draft_model: bool) -> PairParts:
+        """Before a load only whether a draft is given is known: the rest counts as there (the engine says at load)."""
+        return cls(draft_model, mtp_layers=True, eagle3_head=True)
 
     def lacks(self, row: DrafterSpec) -> str:
         """What the pair lacks for `row` to run ('' where nothing)."""
         if row.needs_draft_model and not self.draft_model:
             return "a draft model"
+        if row.needs_draft_model and not row.any_vocab and not self.same_tokenizer:
+            return "a draft with the target's tokenizer"
         if row.eagle3_head and not self.eagle3_head:
             return "an EAGLE-3 head (--draft, an eagle3 GGUF)"
         return "a target with MTP layers" if row.mtp_layers and not self.mtp_layers else ""
@@ -94,6 +106,13 @@ def spec(name: str) -> DrafterSpec:
     if name not in DRAFTERS:
         raise EngineError(f"Unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}.")
     return DRAFTERS[name]
+
+
+def bridge_note(difference: str) -> str:
+    """What a draft of another tokenizer does, in the one wording `check`, the app and a load say it."""
+    names = " or ".join(f"--drafter {spec.name}" for spec in DRAFTERS.values() if spec.any_vocab)
+    return (f"the draft's tokenizer is not the target's ({difference}), so it drafts through text, each proposal "
+            f"re-tokenized for the target ({names}, or auto)")
 
 
 def check_batchable(name: str) -> None:

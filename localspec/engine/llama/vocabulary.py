@@ -65,18 +65,27 @@ class Vocabulary:
         """The bytes a token contributes to the output text (control tokens give none)."""
         piece = self._pieces.get(token)
         if piece is None:
-            n = llama_cpp.llama_token_to_piece(self.handle, token, self._piece_buf, len(self._piece_buf), 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(self.handle, token, buf, len(buf), 0, False)
-                piece = buf.raw[:n]
-            else:
-                piece = self._piece_buf.raw[:n]
-            self._pieces[token] = piece
+            piece = self._pieces[token] = self._piece(token, special=False)
         return piece
 
+    def rendered(self, tokens: Sequence[int]) -> bytes:
+        """The tokens as text with their control tokens spelled out (`<|im_start|>`): a prompt as another tokenizer
+        reads it."""
+        return b"".join(self._piece(token, special=True) for token in tokens)
+
+    def _piece(self, token: int, special: bool) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self.handle, token, self._piece_buf, len(self._piece_buf), 0, special)
+        if n >= 0:
+            return self._piece_buf.raw[:n]
+        buf = ctypes.create_string_buffer(-n)
+        n = llama_cpp.llama_token_to_piece(self.handle, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
     def tokenize(self, text: str, add_special: bool, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
+        return self.tokenize_bytes(text.encode("utf-8"), add_special, parse_special)
+
+    def tokenize_bytes(self, data: bytes, add_special: bool, parse_special: bool = True) -> list[int]:
+        """`tokenize` for text held as bytes (whole characters: the tokenizer reads UTF-8)."""
         capacity = len(data) + 8
         tokens = (llama_cpp.llama_token * capacity)()
         n = llama_cpp.llama_tokenize(self.handle, data, len(data), tokens, capacity, add_special, parse_special)

@@ -27,6 +27,7 @@ from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetC
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
+from localspec.engine.drafters.bridged import BridgedDrafter
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
 from localspec.engine.drafters.eagle3 import Eagle3Drafter
 from localspec.engine.drafters.head_drafter import HeadDrafter
@@ -54,7 +55,7 @@ class AutoDrafter(Drafter):
     name = "auto"
     costs: CostTable  # always: it prices every step
 
-    def __init__(self, costs: CostTable, model: ModelDrafter | HeadDrafter | None = None, lookups: Lookups | None = None,
+    def __init__(self, costs: CostTable, model: ModelDrafter | BridgedDrafter | HeadDrafter | None = None, lookups: Lookups | None = None,
                  costs_file: Path | None = None, head: HeadDrafter | None = None) -> None:
         """`model`: what drafts auto's model tokens: the draft model, else the pair's EAGLE-3 head, else the target's own
         MTP head where it carries one (priced by costs.draft). `head`: a head beside the draft model (priced by
@@ -63,7 +64,7 @@ class AutoDrafter(Drafter):
         self.costs_file = costs_file  # where the learned costs are kept between runs (None: not kept)
         self.model = model  # the first model source (the draft model where one is loaded)
         source = Source(model.name) if isinstance(model, HeadDrafter) else Source.MODEL
-        self.drafting: dict[Source, ModelDrafter | HeadDrafter] = {source: model} if model is not None else {}
+        self.drafting: dict[Source, ModelDrafter | BridgedDrafter | HeadDrafter] = {source: model} if model is not None else {}
         if head is not None:
             self.drafting[Source(head.name)] = head
         self.models = tuple(m for drafter in self.drafting.values() for m in drafter.models)
@@ -72,6 +73,10 @@ class AutoDrafter(Drafter):
         self.planner = Planner(costs, model is not None, source, Source(head.name) if head is not None else None)
         self._answers: dict[int, _Answer] = {}
         self._drafting_ms = 0.0  # this step's draft-model passes, which the planner prices apart from the step's overhead
+
+    @property
+    def bridge_ns(self) -> int:
+        return sum(drafter.bridge_ns for drafter in self.drafting.values())
 
     def _answer(self, seq: int) -> _Answer:
         answer = self._answers.get(seq)
@@ -218,7 +223,10 @@ def build(sources: DraftSources) -> Drafter:
         if not costs.has_draft:  # the head drafts alone: its passes, timed as a draft model's are
             costs.draft = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
         return AutoDrafter(costs, head, costs_file=costs_file)
-    draft = ModelDrafter(sources.draft, lazy_start=True) if sources.draft is not None else None
+    draft: ModelDrafter | BridgedDrafter | None = None
+    if sources.draft is not None:  # a draft of another tokenizer drafts through text, priced as the draft model it is
+        draft = (BridgedDrafter(sources.target, sources.draft, lazy_start=True) if sources.tokenizers_differ
+                 else ModelDrafter(sources.draft, lazy_start=True))
     if head is not None and costs.head is None:  # beside the draft model: its own table, timed at each load
         costs.head = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
     return AutoDrafter(costs, draft, costs_file=costs_file, head=head)
