@@ -1,8 +1,9 @@
-"""Can this draft speak for this target? llama.cpp's vocabulary rules, with a useful error.
+"""Can this draft's tokens speak for this target as they are? llama.cpp's vocabulary rules, with a useful error.
 
 A draft whose token 1234 means something else than the target's token 1234
-would be verified against the wrong text, so a mismatch is refused before any
-generation. The rules are those of llama.cpp's common/speculative.cpp.
+would be verified against the wrong text, so such a draft drafts only through
+text (the bridged drafter), and a drafter that hands its tokens to the target as
+they are refuses it. The rules are those of llama.cpp's common/speculative.cpp.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def vocab_name(vocab_type: int) -> str:
 def _refuse(reason: str) -> PairMismatchError:
     return PairMismatchError(
         f"The draft and target cannot be used together: {reason}. "
-        "Speculative decoding needs a draft with the target's tokenizer, usually a smaller model of the same family."
+        "Its tokens go to the target as they are, so it needs the target's tokenizer."
     )
 
 
