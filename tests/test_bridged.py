@@ -8,9 +8,9 @@ import json
 import openai
 import pytest
 
-from localspec.engine.chat import Message, chat_prompt_tokens
+from localspec.engine.chat import Message, chat_prompt_tokens, message_dicts, render_chat
 from localspec.engine.drafters.bridged import BridgedDrafter
-from localspec.engine.drafters.text_bridge import whole_characters
+from localspec.engine.drafters.text_bridge import draft_prompt, whole_characters
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.generation_config import GenerationConfig
@@ -140,3 +140,22 @@ def test_the_server_names_the_bridge_and_drafts_through_it_for_two_slots(tiny, t
         status, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                                       "localspec.drafter": "model"})
         assert status == 400 and "needs a draft with the target's tokenizer" in json.dumps(body)
+
+
+def test_a_chat_reaches_the_draft_under_its_own_template(bridged_engine):
+    """SmolLM2 reads the chat under its own template (which adds its system prompt); this Gemma 3 file has none, so it
+    reads the target's prompt spelled out."""
+    messages = [Message("user", PROMPTS[0])]
+    prompt = prompt_for(bridged_engine, PROMPTS[0])
+    plain = run(bridged_engine.plain, prompt, GenerationConfig(max_tokens=MAX_TOKENS))
+    config = GenerationConfig(max_tokens=MAX_TOKENS, draft_max=4, conversation=tuple(message_dicts(messages)))
+    bridged = run(bridged_engine.decoder("bridged"), prompt, config)
+    draft = bridged_engine.draft
+    if draft.chat_template():
+        assert render_chat(draft, messages) != render_chat(bridged_engine.target, messages)
+        read = chat_prompt_tokens(draft, messages)
+    else:
+        read = draft_prompt(bridged_engine.target.vocab, draft.vocab, prompt)[0]
+    assert draft.cells.tokens[0][: len(read) - 1] == read[:-1]
+    assert_lossless(plain, bridged, NEAR_TIE)
+    assert bridged.finished.stats.draft_n_accepted > MAX_TOKENS // 8

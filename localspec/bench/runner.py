@@ -25,7 +25,7 @@ from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
 from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
-from localspec.engine.chat import Message, chat_prompt_tokens, render_chat
+from localspec.engine.chat import Message, chat_prompt_tokens, message_dicts, render_chat
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.self_draft import self_draft_path
@@ -222,7 +222,8 @@ def _bench_prompt(
     runs: dict[Mode, Measurement] = {}
     for mode in modes[shift:] + modes[:shift]:
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=p_min,
-                                  verification=mode.verification, record_margins=args.margins)  # type: ignore[arg-type]
+                                  verification=mode.verification, record_margins=args.margins,  # type: ignore[arg-type]
+                                  conversation=tuple(message_dicts(prompt.messages)))
         decoder = engine.decoder(mode.drafter)
         decoder.drafter.forget_requests()  # each prompt is a session of its own: a round's repeat is not drafted from memory
         out, margins, stats = _measure(decoder, tokens, config)

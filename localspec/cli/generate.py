@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from localspec.cli.pair_args import engine_config_from_args, memory_plan_from_args, resolve_models
-from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens, with_system
+from localspec.engine.chat import Message, chat_prompt_tokens, message_dicts, raw_prompt_tokens, with_system
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine
 from localspec.engine.errors import EngineError
@@ -33,7 +34,9 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.raw:
             prompt = raw_prompt_tokens(engine.target, args.prompt)
         else:
-            prompt = chat_prompt_tokens(engine.target, with_system(args.system, [Message("user", args.prompt)]))
+            messages = with_system(args.system, [Message("user", args.prompt)])
+            prompt = chat_prompt_tokens(engine.target, messages)
+            request = replace(request, config=replace(request.config, conversation=tuple(message_dicts(messages))))
         pieces: list[str] = []
         tokens: list[int] = []
         finished: Finished | None = None

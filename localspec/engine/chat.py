@@ -34,7 +34,12 @@ def with_system(system: str | None, messages: Sequence[Message]) -> list[Message
 
 def render_chat(model: Model, messages: list[Message]) -> str:
     """The prompt text for `messages`, ending where the assistant's answer begins."""
-    return render_messages(model, [{"role": m.role, "content": m.content} for m in messages])
+    return render_messages(model, message_dicts(messages))
+
+
+def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:
+    """The messages as chat templates (and a request's GenerationConfig.conversation) take them."""
+    return [{"role": m.role, "content": m.content} for m in messages]
 
 
 def supports_tools(model: Model) -> bool:

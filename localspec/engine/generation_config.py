@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from localspec.engine import defaults
 from localspec.engine.grammar import Grammar
@@ -24,6 +25,9 @@ class GenerationConfig:
     record_margins: bool = False  # evidence for lossless tests; costs a partition per row
     grammar: Grammar | None = None  # what the answer may say (JSON mode): one answer's state, so one config per request
     penalties: Penalties | None = None  # frequency, presence, logit bias: one answer's counts, so one config per request too
+    # A chat request's messages (OpenAI-shaped), which its prompt renders: a draft of another tokenizer reads them under
+    # its own chat template (bridged.py). Empty for a raw prompt.
+    conversation: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def draft_sampling(self) -> SamplingParams | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -66,6 +67,7 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
         text = render_messages(model, messages, tools)
         return model.vocab.tokenize(text, add_special=False, parse_special=True), reasoning and text.rstrip().endswith(THINK_OPEN)
 
+    config = replace(config, conversation=tuple(messages))  # a draft of another tokenizer renders them its own way
     job = state.worker.submit(state.generation_job("chat" + (", streamed" if body.stream else ""), drafter, build, config))
     start, events = await started(job, request, lambda: state.worker.stopping)
     names = frozenset(str((tool.get("function") or {}).get("name", "")) for tool in tools) if tools else None

@@ -10,13 +10,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from localspec import paths
 from localspec.catalog.models_toml import Pair
-from localspec.engine.chat import Message
+from localspec.engine.chat import Message, message_dicts
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
@@ -167,7 +167,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     finished: Finished | None = None
     stats = GenerationStats()  # what the events carry, as the last one left it (nothing yet)
     try:
-        for event in decoder.generate(prompt, request.config, cancel):
+        for event in decoder.generate(prompt, replace(request.config, conversation=tuple(message_dicts(fitted.messages))), cancel):
             if isinstance(event, Finished):
                 finished = event
                 break

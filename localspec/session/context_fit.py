@@ -17,6 +17,7 @@ from localspec.engine.llama.model import Model
 class FittedPrompt:
     tokens: list[int]
     dropped_messages: int  # the oldest messages left out (0: the whole conversation fits)
+    messages: list[Message]  # those the prompt renders
 
 
 def answer_room(n_ctx: int, max_tokens: int | None) -> int:
@@ -37,7 +38,7 @@ def fit_conversation(model: Model, messages: list[Message], room: int) -> Fitted
     while True:
         tokens = chat_prompt_tokens(model, system + turns)
         if len(tokens) + room <= model.n_ctx or len(turns) <= 1:
-            return FittedPrompt(tokens, dropped)
+            return FittedPrompt(tokens, dropped, system + turns)
         cut = 1
         while cut < len(turns) - 1 and turns[cut].role != "user":  # a turn is a user message and the answers after it
             cut += 1

@@ -112,6 +112,7 @@ class BatchScheduler:
         rng, seed = make_rng(request.config.sampling.seed)
         stats = GenerationStats(drafter=request.drafter.name, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
                                 seed=None if request.config.sampling.greedy else seed)
+        request.drafter.converse(slot.seq, request.config.conversation)
         request.drafter.begin(slot.seq, prompt)
         self._arrivals += 1
         slot.last_used = self._arrivals

@@ -9,9 +9,9 @@ verification and the statistics know nothing of which one is running.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -125,6 +125,10 @@ class Drafter(ABC):
 
     def begin(self, seq: int, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """Sequence `seq` starts an answer to `prompt` (at least one token); the target has not read it yet."""
+
+    def converse(self, seq: int, conversation: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 (a hook)
+        """The prompt `begin` hears next for `seq` renders this chat (OpenAI-shaped messages; empty: a raw prompt): a draft
+        of another tokenizer reads it under its own chat template."""
 
     def read(self, seq: int, n: int) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """The target has read the first `n` tokens of `seq`'s prompt: a drafter with a model of its own may read along,

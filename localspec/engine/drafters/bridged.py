@@ -4,6 +4,8 @@ proposal across (text_bridge.py).
 The draft model itself is driven as the `model` drafter drives one (draft_model.py: its own cache, catch-up, rollback
 of whatever memory it has, every asking sequence in one pass a position), in its own tokens. What this drafter adds is
 the translation at both ends of a step, per sequence:
+- a chat reaches the draft under its own chat template (a raw prompt, or a draft without a template, as the target's
+  prompt spelled out: text_bridge.draft_prompt);
 - the accepted text the draft has not read waits as bytes (`unread`), and is re-tokenized for the draft only when a
   draft is asked, all at once, so a word the target wrote in pieces reaches the draft as the draft would spell it;
 - the draft's tokens become text, the text the target's tokens after the answer's last few (`to_target`);
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from localspec.engine.chat import render_messages
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
 from localspec.engine.drafters.text_bridge import (
@@ -39,6 +43,7 @@ from localspec.engine.drafters.text_bridge import (
     valid_text,
     whole_characters,
 )
+from localspec.engine.errors import ChatTemplateError
 from localspec.engine.llama.model import Model
 from localspec.engine.sampling import Distribution
 from localspec.engine.tuning import TLI_MIN_OVERLAP
@@ -63,6 +68,7 @@ class BridgedDrafter(Drafter):
         self.inner = ModelDrafter(draft, name=self.name, lazy_start=lazy_start)
         self.models = self.inner.models
         self._seqs: dict[int, _Sequence] = {}
+        self._conversations: dict[int, Sequence[Mapping[str, Any]]] = {}  # each sequence's next chat, until it begins
         self._shared: np.ndarray | None = None  # draft token -> the target's token of the same bytes (-1: none); on first use
         self._byte_tokens: dict[int, int] | None = None
         self._bridge_ns = 0
@@ -76,12 +82,31 @@ class BridgedDrafter(Drafter):
         """The last draft's passes, (draft tokens, ms), as ModelDrafter's: auto prices the draft model by them."""
         return self.inner.passes
 
+    def converse(self, seq: int, conversation: Sequence[Mapping[str, Any]]) -> None:
+        self._conversations[seq] = conversation
+
     def begin(self, seq: int, prompt: Sequence[int]) -> None:
+        """The draft reads the chat under its own template where the request is one and the draft has a template; else
+        the target's prompt spelled out (draft_prompt)."""
         start = time.perf_counter_ns()
-        tokens, rest, n_bytes = draft_prompt(self.target_vocab, self.draft_vocab, prompt)
+        own = self._own_chat(self._conversations.pop(seq, ()))
+        if own:
+            tokens, rest, n_bytes = own, b"", len(self.draft_vocab.rendered(own))
+        else:
+            tokens, rest, n_bytes = draft_prompt(self.target_vocab, self.draft_vocab, prompt)
         self._seqs[seq] = _Sequence(bytearray(rest), len(tokens) / max(1, len(prompt)), len(tokens) / max(1, n_bytes))
         self._bridge_ns += time.perf_counter_ns() - start
         self.inner.begin(seq, tokens)
+
+    def _own_chat(self, conversation: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The chat rendered by the draft's own template ([] for a raw prompt, or where the draft has no usable one)."""
+        if not conversation:
+            return []
+        try:
+            text = render_messages(self.inner.model, [dict(message) for message in conversation])
+        except ChatTemplateError:
+            return []
+        return self.draft_vocab.tokenize(text, add_special=False, parse_special=True)
 
     def read(self, seq: int, n: int) -> None:
         """The target read `n` prompt tokens: the draft reads as large a share of its own."""

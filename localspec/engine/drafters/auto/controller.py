@@ -11,9 +11,10 @@ costs are kept between runs (cost_cache.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -123,6 +124,10 @@ class AutoDrafter(Drafter):
         answer.shadows, answer.choice, answer.drafted = [], PLAIN, None
         answer.belief.new_answer()
         self.planner.start_answer()
+
+    def converse(self, seq: int, conversation: Sequence[Mapping[str, Any]]) -> None:
+        for drafter in self.drafting.values():
+            drafter.converse(seq, conversation)
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
         answers = [self._answer(ask.seq) for ask in asks]
