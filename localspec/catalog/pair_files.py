@@ -159,17 +159,16 @@ def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef) -> 
     target_report = read_model_header(config, target)
     draft_report = read_model_header(config, draft)
     target_header, draft_header = target_report.header, draft_report.header
-    try:
-        if draft_header.architecture == EAGLE3_ARCHITECTURE:  # a head over the target's layers, not a model of its own
+    problem, differ = None, ""
+    if draft_header.architecture == EAGLE3_ARCHITECTURE:  # a head over the target's layers, not a model of its own
+        try:
             check_eagle3_head(target.label, int(target_header.arch_value("block_count") or 0),
                               int(target_header.arch_value("embedding_length") or 0), draft.label,
                               list(draft_header.arch_value("target_layers") or []), draft_header.arch_value("target_hidden_size"))
-            differ = ""
-        else:
-            differ = tokenizer_difference(target_header, draft_header)
-        problem = None
-    except PairMismatchError as exc:
-        problem, differ = str(exc), ""
+        except PairMismatchError as exc:
+            problem = str(exc)
+    else:
+        differ = tokenizer_difference(target_header, draft_header)
     return PairCheck(target_report, draft_report, problem, time.perf_counter() - start, differ)
 
 

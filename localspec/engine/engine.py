@@ -158,9 +158,8 @@ class Engine:
     def draft_model(self) -> Model:
         if self.tokenizers_differ:
             assert self.draft is not None
-            bridged = [d.name for d in registry.DRAFTERS.values() if d.any_vocab]
             raise EngineError(f"{self.draft.path.name} has another tokenizer than the target ({self.tokenizers_differ}), so its "
-                              f"tokens cannot be verified as they are: run it with --drafter {' or '.join(bridged)}, which "
+                              f"tokens cannot be verified as they are: run it with --drafter {' or '.join(registry.THROUGH_TEXT)}, which "
                               "drafts through text, or auto.")
         return self.bridged_draft()
 

@@ -70,6 +70,7 @@ class BridgedDrafter(Drafter):
         self._seqs: dict[int, _Sequence] = {}
         self._conversations: dict[int, Sequence[Mapping[str, Any]]] = {}  # each sequence's next chat, until it begins
         self._shared: np.ndarray | None = None  # draft token -> the target's token of the same bytes (-1: none); on first use
+        self._overlap: float | None = None  # the share of the draft's vocabulary the target has too; on first use
         self._byte_tokens: dict[int, int] | None = None
         self._bridge_ns = 0
 
@@ -89,24 +90,25 @@ class BridgedDrafter(Drafter):
         """The draft reads the chat under its own template where the request is one and the draft has a template; else
         the target's prompt spelled out (draft_prompt)."""
         start = time.perf_counter_ns()
-        own = self._own_chat(self._conversations.pop(seq, ()))
+        own, n_bytes = self._own_chat(self._conversations.pop(seq, ()))
         if own:
-            tokens, rest, n_bytes = own, b"", len(self.draft_vocab.rendered(own))
+            tokens, rest = own, b""
         else:
             tokens, rest, n_bytes = draft_prompt(self.target_vocab, self.draft_vocab, prompt)
         self._seqs[seq] = _Sequence(bytearray(rest), len(tokens) / max(1, len(prompt)), len(tokens) / max(1, n_bytes))
         self._bridge_ns += time.perf_counter_ns() - start
         self.inner.begin(seq, tokens)
 
-    def _own_chat(self, conversation: Sequence[Mapping[str, Any]]) -> list[int]:
-        """The chat rendered by the draft's own template ([] for a raw prompt, or where the draft has no usable one)."""
+    def _own_chat(self, conversation: Sequence[Mapping[str, Any]]) -> tuple[list[int], int]:
+        """The chat rendered by the draft's own template, and its length in bytes (no tokens for a raw prompt, or where
+        the draft has no usable template)."""
         if not conversation:
-            return []
+            return [], 0
         try:
-            text = render_messages(self.inner.model, [dict(message) for message in conversation])
+            data = render_messages(self.inner.model, [dict(message) for message in conversation]).encode("utf-8")
         except ChatTemplateError:
-            return []
-        return self.draft_vocab.tokenize(text, add_special=False, parse_special=True)
+            return [], 0
+        return self.draft_vocab.tokenize_bytes(data, add_special=False, parse_special=True), len(data)
 
     def read(self, seq: int, n: int) -> None:
         """The target read `n` prompt tokens: the draft reads as large a share of its own."""
@@ -142,8 +144,10 @@ class BridgedDrafter(Drafter):
 
     @property
     def overlap(self) -> float:
-        """The share of the draft's vocabulary the target has too."""
-        return float(np.mean(self.shared >= 0))
+        """The share of the draft's vocabulary the target has too (every sampled step asks: found once)."""
+        if self._overlap is None:
+            self._overlap = float(np.mean(self.shared >= 0))
+        return self._overlap
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
         return self.draft([DraftOrder.of(ask, greedy=ask.sampling is None or self.overlap < TLI_MIN_OVERLAP) for ask in asks])

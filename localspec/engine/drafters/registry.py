@@ -73,6 +73,7 @@ ADAPTIVE = next(name for name, spec in DRAFTERS.items() if spec.chooses_k)  # th
 FIXED = tuple(name for name, spec in DRAFTERS.items() if spec.drafts and not spec.chooses_k)  # a drafter at a set K each
 BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batchable)
 NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
+THROUGH_TEXT = tuple(name for name, spec in DRAFTERS.items() if spec.any_vocab)  # they run a draft of another tokenizer
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def spec(name: str) -> DrafterSpec:
 
 def bridge_note(difference: str) -> str:
     """What a draft of another tokenizer does, in the one wording `check`, the app and a load say it."""
-    names = " or ".join(f"--drafter {spec.name}" for spec in DRAFTERS.values() if spec.any_vocab)
+    names = " or ".join(f"--drafter {name}" for name in THROUGH_TEXT)
     return (f"the draft's tokenizer is not the target's ({difference}), so it drafts through text, each proposal "
             f"re-tokenized for the target ({names}, or auto)")
 
