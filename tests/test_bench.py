@@ -8,14 +8,19 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from localspec.bench.ceiling import lookup_ceiling
+from localspec.bench.lockstep import record, record_in_lockstep
 from localspec.bench.runner import load_prompts, parse_ks, parse_p_mins, select_prompts
 from localspec.engine.cost_model import StepCosts, draft_length_distribution, expected_tokens_per_step
+from localspec.engine.decode import Decoder
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.errors import EngineError
+from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.llama.model import Model
 from localspec.errors import UsageError
 from tests.conftest import cli
 from tests.lossless import NEAR_TIE_TINY
@@ -104,6 +109,35 @@ def test_drafters_none_benches_plain_against_auto_alone(tmp_path, tiny):
     assert sum(p["category"] == "fresh-code" for p in data["prompts"]) >= 6 and sum(p["category"] == "fresh-chat" for p in data["prompts"]) >= 6
     # No fixed drafter ran: the category table says so instead of a ratio of nothing.
     assert re.search(r"fresh-code\s+\d+\.\d\s+-\s+-\s+\d\.\d\d\s+-", result.stdout), result.stdout
+
+
+def test_lockstep_benches_plain_and_auto_a_token_each_in_turn(tmp_path, tiny):
+    out = tmp_path / "bench.json"
+    result = bench(tmp_path, tiny, "--drafters", "none", "--lockstep", "--only", "fresh-chat-sky,code-edit-rename", "--json", str(out),
+                   charts=False)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["lockstep"] and "plain and auto in lockstep" in result.stdout
+    runs = data["measurements"]
+    assert len(runs) == 4 and all(m["departs_at"] is None and m["stats"]["predicted_n"] == len(m["tokens"]) > 0 for m in runs)
+    # Fixed drafters would need a copy of the target each: refused before the pair loads, with what to do.
+    refused = bench(tmp_path, tiny, "--drafters", "ngram", "--lockstep")
+    assert refused.returncode == 2 and "add --drafters none" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_run_in_lockstep_is_timed_by_its_own_steps(tiny):
+    """Two answers a token each in turn give the tokens each gives alone; each one's time leaves out the other's
+    passes, which the wall clock over both holds."""
+    prompt, config = [1, 5, 9, 14], GenerationConfig(max_tokens=24)
+    with Model(tiny["target"]) as one, Model(tiny["target"]) as other:
+        alone = [record((Decoder(model), prompt, config))[0] for model in (one, other)]
+        started = time.perf_counter()
+        both = record_in_lockstep([(Decoder(one), prompt, config), (Decoder(other), prompt, config)])
+        wall_ms = (time.perf_counter() - started) * 1000
+    assert [tokens for tokens, _, _ in both] == alone and len(alone[0]) == 24
+    first, second = (stats for _, _, stats in both)
+    for own, theirs in ((first, second), (second, first)):
+        assert own.t_llama_ms < own.predicted_ms < wall_ms - theirs.t_llama_ms
 
 
 def test_bench_refuses_unknown_drafters(tmp_path, tiny):

@@ -70,6 +70,7 @@ def as_json(result: BenchResult) -> dict[str, object]:
         "machine": result.machine,
         "ks": result.ks,
         "temperature": result.temperature,
+        "lockstep": result.lockstep,
         "modes": [asdict(mode) | {"label": mode.label} for mode in result.modes],
         "prompts": [asdict(p) for p in result.prompts],
         "measurements": [

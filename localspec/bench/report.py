@@ -65,6 +65,8 @@ def print_report(result: BenchResult) -> None:
     doubts = Doubts()
     costs_doubted = doubts.costs(result.verify_ms)  # the lookup ceiling is priced with them: withheld where they contradict themselves
     condition = "temperature 0" if greedy else f"temperature {result.temperature:g}, the same seed for every mode of a prompt"
+    if result.lockstep:
+        condition += "; plain and auto in lockstep, a token each in turn"
     print(f"\nPer prompt ({condition}; ×plain is measured, pred× is predicted from measured acceptance and costs)")
     print(HEADER)
     for prompt in result.prompts:

@@ -109,6 +109,7 @@ class BenchResult:
     ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
     verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
     rounds: int = 1
+    lockstep: bool = False  # plain decoding and auto ran a token each in turn (lockstep.py)
     interrupted: bool = False  # Ctrl-C: only the prompts that finished every mode are kept
 
     def reference_drafters(self) -> list[tuple[str, str]]:

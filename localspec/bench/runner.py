@@ -11,6 +11,7 @@ import argparse
 import json
 import platform
 from collections.abc import Callable
+from contextlib import ExitStack
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TypeVar
 from localspec import __version__
 from localspec.bench import reference
 from localspec.bench.ceiling import lookup_ceiling
+from localspec.bench.lockstep import Run, record, record_in_lockstep
 from localspec.bench.outputs import check_outputs, save_outputs, write_json
 from localspec.bench.progress import BenchProgress
 from localspec.bench.report import print_report
@@ -31,11 +33,10 @@ from localspec.engine.drafters import registry
 from localspec.engine.drafters.self_draft import self_draft_path
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
-from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.llama.model import Model
 from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, tokenizer_difference
 from localspec.engine.sampling import SamplingParams
-from localspec.engine.stats import GenerationStats
 from localspec.errors import UsageError
 from localspec.gguf.header import read_local_header
 from localspec.machine.device import device_record
@@ -139,19 +140,6 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
-def _measure(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> tuple[list[int], list[float], GenerationStats]:
-    tokens: list[int] = []
-    margins: list[float] = []
-    for event in decoder.generate(prompt, config):
-        if isinstance(event, TokenEvent) and event.token >= 0:
-            tokens.append(event.token)
-            if event.margin is not None:
-                margins.append(event.margin)
-        elif isinstance(event, Finished):
-            return tokens, margins, event.stats
-    raise AssertionError("generate() ended without Finished")
-
-
 def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max: int | None = None) -> list[Mode]:
     """Plain, each drafter at each K, auto (capped at `auto_max`, else as users run it); at temperature > 0 also sample-and-match."""
     modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode(registry.ADAPTIVE, auto_max or defaults.AUTO_DRAFT_MAX)]
@@ -170,10 +158,13 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
     prompts = select_prompts(load_prompts(args.prompts), args.only)
     drafters = parse_drafters(args.drafters, _pair_parts(engine_config))
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
-    result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds)
+    if args.lockstep and len(modes) != 2:
+        raise UsageError("--lockstep runs plain decoding and auto a token each in turn, each on its own copy of the target: add "
+                         "--drafters none (with fixed drafters, every mode would need a copy of the target of its own).")
+    result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds, lockstep=args.lockstep)
     progress = BenchProgress(args.rounds * len(prompts) * len(modes))
     progress.stage(f"{len(prompts)} prompts × {len(modes)} modes × {args.rounds} round(s); loading the pair")
-    with Engine(engine_config) as engine:
+    with Engine(engine_config) as engine, ExitStack() as stack:
         result.machine = {
             "localspec": __version__, "python": platform.python_version(), "platform": platform.platform(),
             "threads": engine.target.n_threads, "target": engine.target.description,
@@ -182,16 +173,20 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
         }
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
         _say_self_draft(progress, engine_config, drafters)
+        twin = None
+        if args.lockstep:  # plain decoding's own copy of the target (lockstep.py)
+            progress.stage("loading a second copy of the target, for plain decoding in lockstep")
+            twin = Decoder(stack.enter_context(Model(engine.target.path, engine.target.config, role="target")))
         progress.stage("warming up every mode")
         for mode in result.modes:  # loads the self draft and times auto's costs before anything is measured
-            _measure(engine.decoder(mode.drafter), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k))
+            record((_decoder(engine, twin, mode), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k)))
         depth = round(sum(len(chat_prompt_tokens(engine.target, p.messages)) for p in prompts) / len(prompts))
         result.matched_workload = (args.max_tokens, depth)
         try:
             _llama_bench(args, engine, result)
             for round_index in range(args.rounds):
                 for index, prompt in enumerate(prompts):
-                    _bench_prompt(args, engine, prompt, index, reference_p_mins, round_index, result, progress, p_min)
+                    _bench_prompt(args, engine, twin, prompt, index, reference_p_mins, round_index, result, progress, p_min)
                     write_json(args, result)
             _llama_bench(args, engine, result)
         except KeyboardInterrupt:
@@ -208,10 +203,11 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
 
 
 def _bench_prompt(
-    args: argparse.Namespace, engine: Engine, prompt: BenchPrompt, index: int, reference_p_mins: list[float], round_index: int,
-    result: BenchResult, progress: BenchProgress, p_min: float,
+    args: argparse.Namespace, engine: Engine, twin: Decoder | None, prompt: BenchPrompt, index: int, reference_p_mins: list[float],
+    round_index: int, result: BenchResult, progress: BenchProgress, p_min: float,
 ) -> None:
-    """Every mode, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike.
+    """Every mode, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike; with a
+    `twin` (--lockstep), every mode at once, a token each in turn, taking the lead by turns from round to round.
 
     At temperature > 0 every mode samples with the same seed, so modes differ only in how they draft and verify.
     """
@@ -219,14 +215,18 @@ def _bench_prompt(
     modes = result.modes
     shift = round_index % len(modes)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed + index)
-    runs: dict[Mode, Measurement] = {}
-    for mode in modes[shift:] + modes[:shift]:
+    order = modes[shift:] + modes[:shift]
+    planned: list[Run] = []
+    for mode in order:
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=p_min,
                                   verification=mode.verification, record_margins=args.margins,  # type: ignore[arg-type]
                                   conversation=tuple(message_dicts(prompt.messages)))
-        decoder = engine.decoder(mode.drafter)
+        decoder = _decoder(engine, twin, mode)
         decoder.drafter.forget_requests()  # each prompt is a session of its own: a round's repeat is not drafted from memory
-        out, margins, stats = _measure(decoder, tokens, config)
+        planned.append((decoder, tokens, config))
+    recorded = record_in_lockstep(planned) if twin is not None else [record(run) for run in planned]
+    runs: dict[Mode, Measurement] = {}
+    for mode, (out, margins, stats) in zip(order, recorded):
         runs[mode] = Measurement(prompt.id, mode, out, stats, margins=margins)
         progress.measured(f"{prompt.id} · {mode.label}", stats.predicted_per_second)
     for m in runs.values():
@@ -248,6 +248,11 @@ def _bench_prompt(
                                                           text, k, p_min, args.max_tokens, engine.target.n_threads, args.ctx_size))
                     if run is not None:
                         result.reference.append(ReferenceMeasurement(prompt.id, drafter, k, p_min, run))
+
+
+def _decoder(engine: Engine, twin: Decoder | None, mode: Mode) -> Decoder:
+    """The decoder that runs `mode`: in lockstep, plain decoding runs on the twin (lockstep.py)."""
+    return twin if twin is not None and mode.plain else engine.decoder(mode.drafter)
 
 
 def _say_self_draft(progress: BenchProgress, config: EngineConfig, drafters: list[str]) -> None:

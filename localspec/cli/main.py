@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--draft-p-min", type=float, help=f"localspec's draft p-min (default: the pair's, else {defaults.DRAFT_P_MIN})")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")
+    bench.add_argument("--lockstep", action="store_true",
+                       help="run plain decoding and auto a token each in turn, plain on a second copy of the target, so the machine's "
+                            "drift hits both alike (with --drafters none; offloaded, the target's memory is taken twice)")
     bench.add_argument("--margins", action="store_true", help="record the target's top-2 logit gap, to show where outputs part (slows every step)")
     bench.add_argument("--json", dest="json_file", type=Path, help="also write the full results to this file")
     bench.add_argument(
