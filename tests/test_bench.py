@@ -120,23 +120,27 @@ def test_lockstep_benches_plain_and_auto_a_token_each_in_turn(tmp_path, tiny):
     assert data["lockstep"] and "plain and auto in lockstep" in result.stdout
     runs = data["measurements"]
     assert len(runs) == 4 and all(m["departs_at"] is None and m["stats"]["predicted_n"] == len(m["tokens"]) > 0 for m in runs)
-    # Fixed drafters would need a copy of the target each: refused before the pair loads, with what to do.
+    # Fixed drafters would need a context each: refused before the pair loads, with what to do.
     refused = bench(tmp_path, tiny, "--drafters", "ngram", "--lockstep")
     assert refused.returncode == 2 and "add --drafters none" in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_a_run_in_lockstep_is_timed_by_its_own_steps(tiny):
-    """Two answers a token each in turn give the tokens each gives alone; each one's time leaves out the other's
-    passes, which the wall clock over both holds."""
+    """Two answers a token each in turn, on two contexts of one model's weights, give the tokens each gives alone; each
+    one's time leaves out the other's passes, which the wall clock over both holds. The second context's close leaves
+    the weights to their owner."""
     prompt, config = [1, 5, 9, 14], GenerationConfig(max_tokens=24)
-    with Model(tiny["target"]) as one, Model(tiny["target"]) as other:
-        alone = [record((Decoder(model), prompt, config))[0] for model in (one, other)]
+    with Model(tiny["target"]) as one:
+        second = Model.beside(one)
+        alone = [record((Decoder(model), prompt, config))[0] for model in (one, second)]
         started = time.perf_counter()
-        both = record_in_lockstep([(Decoder(one), prompt, config), (Decoder(other), prompt, config)])
+        both = record_in_lockstep([(Decoder(one), prompt, config), (Decoder(second), prompt, config)])
         wall_ms = (time.perf_counter() - started) * 1000
-    assert [tokens for tokens, _, _ in both] == alone and len(alone[0]) == 24
-    first, second = (stats for _, _, stats in both)
-    for own, theirs in ((first, second), (second, first)):
+        second.close()
+        assert record((Decoder(one), prompt, config))[0] == alone[0]
+    assert [tokens for tokens, _, _ in both] == alone and alone[0] == alone[1] and len(alone[0]) == 24
+    first, other = (stats for _, _, stats in both)
+    for own, theirs in ((first, other), (other, first)):
         assert own.t_llama_ms < own.predicted_ms < wall_ms - theirs.t_llama_ms
 
 

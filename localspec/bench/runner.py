@@ -20,7 +20,7 @@ from typing import TypeVar
 from localspec import __version__
 from localspec.bench import reference
 from localspec.bench.ceiling import lookup_ceiling
-from localspec.bench.lockstep import Run, record, record_in_lockstep
+from localspec.bench.lockstep import LockstepContexts, Run, record, record_in_lockstep
 from localspec.bench.outputs import check_outputs, save_outputs, write_json
 from localspec.bench.progress import BenchProgress
 from localspec.bench.report import print_report
@@ -34,7 +34,6 @@ from localspec.engine.drafters.self_draft import self_draft_path
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.generation_config import GenerationConfig
-from localspec.engine.llama.model import Model
 from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, tokenizer_difference
 from localspec.engine.sampling import SamplingParams
 from localspec.errors import UsageError
@@ -159,8 +158,8 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
     drafters = parse_drafters(args.drafters, _pair_parts(engine_config))
     modes = bench_modes(drafters, ks, args.temperature, args.auto_max)
     if args.lockstep and len(modes) != 2:
-        raise UsageError("--lockstep runs plain decoding and auto a token each in turn, each on its own copy of the target: add "
-                         "--drafters none (with fixed drafters, every mode would need a copy of the target of its own).")
+        raise UsageError("--lockstep runs plain decoding and auto a token each in turn, each on a context of its own: add "
+                         "--drafters none (with fixed drafters, every mode would need a context of its own).")
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds, lockstep=args.lockstep)
     progress = BenchProgress(args.rounds * len(prompts) * len(modes))
     progress.stage(f"{len(prompts)} prompts × {len(modes)} modes × {args.rounds} round(s); loading the pair")
@@ -173,20 +172,21 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
         }
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
         _say_self_draft(progress, engine_config, drafters)
-        twin = None
-        if args.lockstep:  # plain decoding's own copy of the target (lockstep.py)
-            progress.stage("loading a second copy of the target, for plain decoding in lockstep")
-            twin = Decoder(stack.enter_context(Model(engine.target.path, engine.target.config, role="target")))
+        lockstep = None
+        if args.lockstep:  # a second context on the target's weights (lockstep.py)
+            lockstep = LockstepContexts(engine)
+            stack.callback(lockstep.close)
         progress.stage("warming up every mode")
         for mode in result.modes:  # loads the self draft and times auto's costs before anything is measured
-            record((_decoder(engine, twin, mode), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k)))
+            for round_index in range(2 if lockstep else 1):  # on each context
+                record((_decoder(engine, lockstep, mode, round_index), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k)))
         depth = round(sum(len(chat_prompt_tokens(engine.target, p.messages)) for p in prompts) / len(prompts))
         result.matched_workload = (args.max_tokens, depth)
         try:
             _llama_bench(args, engine, result)
             for round_index in range(args.rounds):
                 for index, prompt in enumerate(prompts):
-                    _bench_prompt(args, engine, twin, prompt, index, reference_p_mins, round_index, result, progress, p_min)
+                    _bench_prompt(args, engine, lockstep, prompt, index, reference_p_mins, round_index, result, progress, p_min)
                     write_json(args, result)
             _llama_bench(args, engine, result)
         except KeyboardInterrupt:
@@ -203,11 +203,11 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
 
 
 def _bench_prompt(
-    args: argparse.Namespace, engine: Engine, twin: Decoder | None, prompt: BenchPrompt, index: int, reference_p_mins: list[float],
+    args: argparse.Namespace, engine: Engine, lockstep: LockstepContexts | None, prompt: BenchPrompt, index: int, reference_p_mins: list[float],
     round_index: int, result: BenchResult, progress: BenchProgress, p_min: float,
 ) -> None:
-    """Every mode, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike; with a
-    `twin` (--lockstep), every mode at once, a token each in turn, taking the lead by turns from round to round.
+    """Every mode, then llama.cpp's example at each K: all of one prompt back to back, so drift hits all alike; in
+    `lockstep` (--lockstep), both modes at once, a token each in turn, the lead and the contexts swapped from round to round.
 
     At temperature > 0 every mode samples with the same seed, so modes differ only in how they draft and verify.
     """
@@ -221,10 +221,10 @@ def _bench_prompt(
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=p_min,
                                   verification=mode.verification, record_margins=args.margins,  # type: ignore[arg-type]
                                   conversation=tuple(message_dicts(prompt.messages)))
-        decoder = _decoder(engine, twin, mode)
+        decoder = _decoder(engine, lockstep, mode, round_index)
         decoder.drafter.forget_requests()  # each prompt is a session of its own: a round's repeat is not drafted from memory
         planned.append((decoder, tokens, config))
-    recorded = record_in_lockstep(planned) if twin is not None else [record(run) for run in planned]
+    recorded = record_in_lockstep(planned) if lockstep is not None else [record(run) for run in planned]
     runs: dict[Mode, Measurement] = {}
     for mode, (out, margins, stats) in zip(order, recorded):
         runs[mode] = Measurement(prompt.id, mode, out, stats, margins=margins)
@@ -250,9 +250,9 @@ def _bench_prompt(
                         result.reference.append(ReferenceMeasurement(prompt.id, drafter, k, p_min, run))
 
 
-def _decoder(engine: Engine, twin: Decoder | None, mode: Mode) -> Decoder:
-    """The decoder that runs `mode`: in lockstep, plain decoding runs on the twin (lockstep.py)."""
-    return twin if twin is not None and mode.plain else engine.decoder(mode.drafter)
+def _decoder(engine: Engine, lockstep: LockstepContexts | None, mode: Mode, round_index: int) -> Decoder:
+    """The decoder that runs `mode` in this round: in lockstep, on the context it takes this round (lockstep.py)."""
+    return lockstep.decoder(mode, round_index) if lockstep is not None else engine.decoder(mode.drafter)
 
 
 def _say_self_draft(progress: BenchProgress, config: EngineConfig, drafters: list[str]) -> None:

@@ -119,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--rounds", type=int, default=1, help="repeat the whole interleaved sweep (default 1)")
     bench.add_argument("--lockstep", action="store_true",
-                       help="run plain decoding and auto a token each in turn, plain on a second copy of the target, so the machine's "
-                            "drift hits both alike (with --drafters none; offloaded, the target's memory is taken twice)")
+                       help="run plain decoding and auto a token each in turn, on two contexts of the target's weights, so the "
+                            "machine's drift hits both alike (with --drafters none)")
     bench.add_argument("--margins", action="store_true", help="record the target's top-2 logit gap, to show where outputs part (slows every step)")
     bench.add_argument("--json", dest="json_file", type=Path, help="also write the full results to this file")
     bench.add_argument(

@@ -28,6 +28,7 @@ from localspec.engine.llama.cells import SequenceCells
 from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.engine.llama.load_abort import LoadAbort
 from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind, draft_limit
+from localspec.engine.llama.model_facts import ModelFacts
 from localspec.engine.llama.sequence_memory import SequenceMemory
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
@@ -70,12 +71,13 @@ class ModelConfig:
         return self.n_threads or hardware.physical_core_count()
 
 
-class Model:
+class Model(ModelFacts):
     """A loaded GGUF model, its vocabulary, and one llama.cpp context holding one sequence or several."""
 
     def __init__(self, path: str | Path, config: ModelConfig = ModelConfig(), role: str = "model",
                  cancel: threading.Event | None = None) -> None:
         """Load the weights and open the context; `cancel` (or Ctrl-C on the main thread) stops the load midway."""
+        self._owner: Model | None = None  # whose weights this context runs on, where they are another's (beside)
         self.path = Path(path)
         self.role = role
         self.config = config
@@ -165,11 +167,22 @@ class Model:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
 
+    @classmethod
+    def beside(cls, owner: Model) -> Model:
+        """Another context on `owner`'s weights, one copy of them in memory, its own cache and compute buffers: the bench's
+        lockstep (bench/lockstep.py). Close it before its owner."""
+        second = cls.__new__(cls)
+        second.path, second.role, second.config, second._model = owner.path, owner.role, owner.config, owner._model
+        second.vocab, second.n_vocab, second.n_threads, second.n_decoded, second.decode_ns = owner.vocab, owner.n_vocab, owner.n_threads, 0, 0
+        second._owner = owner
+        second._open_context(owner.n_seq)
+        return second
+
     def close(self) -> None:
         self._close_context()
-        if getattr(self, "_model", None):
+        if getattr(self, "_model", None) and getattr(self, "_owner", None) is None:  # a context beside another's weights frees none
             llama_cpp.llama_model_free(self._model)
-            self._model = None
+        self._model = None
 
     def __enter__(self) -> Model:
         return self
@@ -184,40 +197,6 @@ class Model:
 
     def __del__(self) -> None:
         self.close()
-
-    # --- metadata -----------------------------------------------------------------
-
-    def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(1 << 16)
-        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace")
-
-    def chat_template(self) -> str | None:
-        template = llama_cpp.llama_model_chat_template(self._model, None)
-        return template.decode("utf-8") if template else None
-
-    @property
-    def description(self) -> str:
-        buf = ctypes.create_string_buffer(256)
-        llama_cpp.llama_model_desc(self._model, buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace")
-
-    @property
-    def n_layer(self) -> int:
-        return llama_cpp.llama_model_n_layer(self._model)
-
-    @property
-    def n_params(self) -> int:
-        return llama_cpp.llama_model_n_params(self._model)
-
-    @property
-    def size_bytes(self) -> int:
-        return llama_cpp.llama_model_size(self._model)
 
     # --- KV cache and decoding ------------------------------------------------------
 
