@@ -259,3 +259,29 @@ def test_with_a_draft_model_and_the_targets_head_each_step_asks_the_one_that_pay
             [choice] = plan.plan(no_lookup)
             expected = Source.MTP if Source.MTP in agreeing else Source.MODEL
             assert choice.source is expected and choice.k >= 2, (verify, agreeing, choice)
+
+
+def test_where_no_draft_could_win_a_step_without_a_lookup_run_is_plain_as_the_full_plan_finds():
+    """A lone slot with no lookup run, where the draft model could not beat plain decoding even with every token accepted,
+    is planned without pricing each K (planner._model_may_win): the same choice and the same exploration budget as the
+    full plan, on CPU-shaped, lumpy and GPU-shaped costs, with a draft that agreed and one never asked."""
+    from tests.test_drafters import CPU_LIKE
+
+    shapes = [CPU_LIKE, (LUMPY_CPU, 25.0), (LUMPY_CPU, 5.0), GPU_LIKE, (CHEAP_TO_FOUR, 0.5), (CHEAP_TO_FOUR, 20.0)]
+    shortcuts = 0
+    for verify, draft_ms in shapes:
+        for vouched in (True, False):
+            quick, full = planner(verify, draft_ms), planner(verify, draft_ms)
+            full._model_may_win = lambda options: True  # type: ignore[method-assign]  # the whole plan, every step
+            for model in (quick, full):
+                if vouched:
+                    asked_before(model)
+                model.observe_overhead(0.3)
+            for step in range(40):
+                belief = SequenceBelief()
+                belief.confidence.observe_probability(0.5 + step / 80)
+                slot = [SlotOptions(8, Lookup(), 1 + step % 3, belief)]
+                assert quick.plan(slot) == full.plan(slot)
+                assert quick.exploration.saved_ms == full.exploration.saved_ms
+            shortcuts += not quick._model_may_win(slot[0])
+    assert 0 < shortcuts < len(shapes) * 2  # the shortcut ran on some shapes (CPU-like), and the full plan on others

@@ -154,6 +154,9 @@ class Planner:
         auto = [i for i, options in enumerate(slots) if options.cap > 0]
         if not auto:
             return [PLAIN] * len(slots)
+        if len(slots) == 1 and not slots[0].lookup.tokens and not self._model_may_win(slots[0]):
+            self.exploration.accrue(self.step_ms([PLAIN], slots))  # as _maybe_explore would, which could find no try to take
+            return [PLAIN]
         candidates = {i: self._candidates(slots[i]) for i in auto}
         choices, best_rate = self._ascend(slots, auto, candidates)
         if any(choice.model_k for choice in choices):
@@ -166,6 +169,20 @@ class Planner:
                 return choices
             choices, best_rate = without, without_rate
         return self._maybe_explore(choices, slots, auto, best_rate)
+
+    def _model_may_win(self, options: SlotOptions) -> bool:
+        """Whether any model source could beat plain decoding for a lone slot, every token it drafts accepted, its step
+        priced from below (its verify, a one-token pass per token, no change of size). Where none can, a step without a
+        lookup run is plain decoding, found without pricing every K: on a 2-core CPU, auto's steps ran 0.55 ms of Python
+        beside plain's 0.28 on answers where it chose plain throughout, 1.6% of their time."""
+        plain = 1 / self._lone_step_ms(PLAIN, options, spread=True)
+        for source in self.sources:
+            pending = max(1, options.pending_for(source.source))
+            per_token = min(source.costs.cost(1), source.costs.cost(pending))
+            for k in range(1, min(options.cap, MODEL_K_MAX) + 1):
+                if (1 + k) / (self.overhead_ms + self.costs.verify(k + 1) + k * per_token) > plain:
+                    return True
+        return False
 
     def _ascend(self, slots: Sequence[SlotOptions], auto: list[int], candidates: dict[int, list[Choice]]) -> tuple[list[Choice], float]:
         """The best choices among the candidates and their rate: one slot at a time given the others (coordinate ascent)
