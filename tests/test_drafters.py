@@ -25,7 +25,7 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.pass_costs import CostTable, PassCosts
 from localspec.engine.stats import GenerationStats
-from localspec.engine.tuning import ACCEPTANCE_PRIOR_WEIGHT, FLAGGED, MATCH_CLASS_PRIORS
+from localspec.engine.tuning import ACCEPTANCE_PRIOR_WEIGHT, CARRIED_RUNS, FLAGGED, MATCH_CLASS_PRIORS
 from tests.conftest import run
 from tests.forced_choices import AlwaysHybrid
 from tests.lossless import assert_clear_of_ties, assert_lossless
@@ -170,7 +170,8 @@ def test_a_new_answer_bets_on_a_guess_past_an_edit_only_where_the_target_is_sure
 def test_an_answer_whose_long_copies_hold_drafts_them_longer_than_earlier_answers_taught():
     """Earlier answers taught that long copies break within a few tokens (type annotations, edits every line). This one
     rewrites its source whole: once its own copies have held, a long match is drafted far further than the learned rates
-    alone would draft it, and the next answer starts again from those rates."""
+    alone would draft it; the next answer starts from what the answers before taught, the last one's whole copies
+    weighing most (planner.start_answer: earlier answers count as a few runs of the new one's)."""
     costs = CostTable.given({1: 100.0, 2: 110.0, 4: 130.0, 8: 170.0, 16: 250.0, 32: 410.0, 33: 420.0})
     source = list(range(100, 180))
     run = Lookup(list(range(500, 532)), 20)
@@ -197,7 +198,25 @@ def test_an_answer_whose_long_copies_hold_drafts_them_longer_than_earlier_answer
     assert decide(copy_whole(taught()), 32, run).k == 32
     next_answer = copy_whole(taught())
     next_answer.begin(0, [9, 9, 9])
-    assert decide(next_answer, 32, run).k <= 4
+    assert decide(next_answer, 32, run).k == 32
+
+
+def test_a_new_answer_weighs_what_earlier_answers_runs_taught_as_a_few_runs_of_its_own():
+    """Code edits taught that long copies hold; a YAML-to-JSON answer's copies break after a token. Its own runs (judged
+    every step, drafted or not) must soon outweigh the earlier answers': carried at full weight, auto bet 15 lookup
+    tokens two or three times an answer on such text, at 8 times a token's cost each on a 2-core CPU (0.91x plain)."""
+    rates_after_three_breaks = []
+    for new_answer in (False, True):
+        model = AgreementModel()
+        for _ in range(40):
+            model.observe(20, 16, 16)  # earlier answers: every long copy held
+        if new_answer:
+            model.carry_over(CARRIED_RUNS)
+        for _ in range(3):
+            model.observe(20, 16, 1)  # this answer's runs: each breaks after one token
+        rates_after_three_breaks.append(model.rates(20, 2)[1])
+    held_over, weighed_anew = rates_after_three_breaks
+    assert held_over > 0.85 and weighed_anew < 0.7
 
 
 def test_long_copies_that_break_more_than_the_learned_rates_expect_are_expected_shorter():

@@ -100,6 +100,13 @@ class AgreementModel:
             rates = edits.apply(rates)
         return prefix_curves(rates)
 
+    def carry_over(self, weight: float) -> None:
+        """A new answer: what earlier answers' runs showed stays its belief, worth at most `weight` runs per position, so
+        this answer's own runs (judged every step, drafted or not) soon outweigh it."""
+        for source in (self.given, self.own):
+            for model in source.models():
+                model.carry_over(weight)
+
     def forget_guesses(self) -> None:
         """A new answer: whether guesses past its edits pay (it renames, or rewrites freely) is its own, learned anew."""
         for source in (self.given, self.own):

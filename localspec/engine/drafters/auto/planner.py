@@ -28,7 +28,7 @@ from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.auto.hybrid_plan import best_hybrid
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.pass_costs import CostTable, PassCosts
-from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, MODEL_K_MAX, OVERHEAD_DECAY, SWITCH_LEGS
+from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, CARRIED_RUNS, MODEL_K_MAX, OVERHEAD_DECAY, SWITCH_LEGS
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class Planner:
         (CARRIED_ASKS); whether lookup's guesses past an edit pay is the new answer's own (it renames, or rewrites freely)."""
         for source in self.sources:
             source.acceptance.carry_over(CARRIED_ASKS)
+        self.lookup_acceptance.carry_over(CARRIED_RUNS)
         self.lookup_acceptance.forget_guesses()
 
     # --- choosing ---------------------------------------------------------------------
