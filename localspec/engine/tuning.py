@@ -51,10 +51,7 @@ RESUME_MIN = 8  # missed tokens that make an ask a resume, whose run teaches the
 COPY_STEP = 3  # lookup tokens a step must have had accepted to count as a copy
 LOOKUP_SHARE_DECAY = 0.8  # per step: the share of the last few steps that lookup copied in
 NEW_ANSWER_LOOKUP_SHARE = 0.5  # a new answer's share before its first step: only its first steps tell a rewrite from an edit
-# What earlier answers' lookup runs taught weighs as this many runs per position in a new one (replayed on this CPU over 10
-# orders of the bench's prompts: repeat-yaml-json 0.93x -> 0.96x plain, rename 1.45x -> 1.50x, types 1.07x -> 1.05x; on
-# GPU-shaped costs no prompt moved by more than 1% but rename, up 5%).
-CARRIED_RUNS = 4
+CARRIED_RUNS = 4  # what earlier answers' lookup runs taught weighs as this many runs per position in a new one
 CARRIED_ASKS = 4  # what earlier answers taught of the draft model weighs as this many asks in a new one
 
 # --- what auto may choose (auto/planner.py, exploration.py) -----------------------------------------

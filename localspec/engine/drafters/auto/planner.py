@@ -107,8 +107,9 @@ class Planner:
         return next(source for source in self.sources if source.source is wanted)
 
     def start_answer(self) -> None:
-        """A request starts: what earlier answers taught of each model stays a belief this one soon outweighs
-        (CARRIED_ASKS); whether lookup's guesses past an edit pay is the new answer's own (it renames, or rewrites freely)."""
+        """A request starts: what earlier answers taught of each model (CARRIED_ASKS) and of lookup's runs (CARRIED_RUNS)
+        stays a belief this one soon outweighs; whether lookup's guesses past an edit pay is the new answer's own (it
+        renames, or rewrites freely)."""
         for source in self.sources:
             source.acceptance.carry_over(CARRIED_ASKS)
         self.lookup_acceptance.carry_over(CARRIED_RUNS)
