@@ -120,7 +120,7 @@ async def test_the_app_drafts_with_the_targets_mtp_head_and_shows_its_acceptance
     """A pair whose target keeps an MTP layer (made to agree with it), run with the mtp drafter: the answer is the
     target's own, every head token accepted, and the statistics panel shows it by position."""
     source = arch_models.write(tmp_path, "qwen35")
-    target = mtp_models.with_mtp_block(source, tmp_path / "qwen35-mtp.gguf", head=mtp_models.Head.AGREES, chat_template=CHAT_TEMPLATE)
+    target = mtp_models.with_mtp_blocks(source, tmp_path / "qwen35-mtp.gguf", heads=(mtp_models.Head.AGREES,), chat_template=CHAT_TEMPLATE)
     setup.write(local_pair("mtp", target, source), last_pair="mtp", max_tokens=30, drafter="mtp", draft_p_min=0.0)
     app = setup.app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.drafters.auto.agreement import ShadowRun
 from localspec.engine.drafters.auto.belief import SequenceBelief
@@ -144,6 +146,23 @@ def test_a_hybrid_step_is_priced_with_its_lookup_tokens_in_the_drafts_first_pass
     assert draft is not None
     assert plan.step_ms([hybrid], options) == costs.verify(6) + draft.cost(1 + 3) + draft.cost(1)
     assert plan.step_ms([model], options) == costs.verify(3) + draft.cost(1) + draft.cost(1)
+
+
+def test_chained_heads_are_priced_pass_by_pass_and_asked_for_no_more_than_they_draft():
+    """Three chained MTP heads (HeadDrafter.draft): each head reads the tokens the head has not, then head d re-reads the
+    d + 1 tokens of each draft reaching position d; K stops at three. Two slots, one drafting 3 and one 2 with 2 and 1
+    tokens queued: three catch-up passes of 3, then passes of 2, 4 and 3 tokens."""
+    plan = Planner(CostTable.given(CHEAP_TO_FOUR, 0.5), has_draft_model=True, model_source=Source.MTP,
+                   chained_heads={Source.MTP: 3})
+    sure(plan)
+    head, costs = plan.sources[0].costs, plan.costs
+    [alone] = plan.plan([SlotOptions(8, Lookup(), 0)])
+    assert (alone.source, alone.k) == (Source.MTP, 3)
+    one = [SlotOptions(8, Lookup(), 0)]
+    assert plan.step_ms([alone], one) == pytest.approx(costs.verify(4) + head.cost(1) + head.cost(2) + head.cost(3))
+    two = [SlotOptions(8, Lookup(), 2), SlotOptions(8, Lookup(), 1)]
+    drafts = [Choice(Source.MTP, 3, 4.0), Choice(Source.MTP, 2, 3.0)]
+    assert plan.step_ms(drafts, two) == pytest.approx(costs.verify(7) + 3 * head.cost(3) + head.cost(2) + head.cost(4) + head.cost(3))
 
 
 def belief_after(asks_per_resume: int) -> SequenceBelief:

@@ -299,7 +299,7 @@ print(llama_cpp.llama_model_n_layer_nextn(model) if model else "unloaded")
 
 
 def test_check_and_doctor_name_a_targets_mtp_layers_as_llama_cpp_loads_them(archs, tmp_path):
-    mtp = mtp_models.with_mtp_block(archs["qwen35"], tmp_path / "qwen35-mtp.gguf")
+    mtp = mtp_models.with_mtp_blocks(archs["qwen35"], tmp_path / "qwen35-mtp.gguf")
     loaded = subprocess.run([sys.executable, "-c", _MTP_PROBE, str(mtp)], capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0 and loaded.stdout.split()[-1] == "1", loaded.stderr[-2000:]
     result = cli("check", "--target", str(mtp), "--draft", str(archs["qwen35"]))

@@ -43,7 +43,7 @@ from tests.tiny_models import CHAT_TEMPLATE
 def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[Head, Path]:
     root = tmp_path_factory.mktemp("mtp")
     source = arch_models.write(root, "qwen35")
-    return {head: mtp_models.with_mtp_block(source, root / f"qwen35-mtp-{head.value}.gguf", head=head) for head in Head}
+    return {head: mtp_models.with_mtp_blocks(source, root / f"qwen35-mtp-{head.value}.gguf", heads=(head,)) for head in Head}
 
 
 ACCEPTED = {Head.AGREES: (0.95, 1.0), Head.NEAR: (0.2, 0.9), Head.DISAGREES: (0.0, 0.0), Head.RANDOM: (0.0, 0.2)}
@@ -55,7 +55,7 @@ def attention_only(tmp_path_factory: pytest.TempPathFactory) -> dict[Head, Path]
     fused q/k/v projection, as llama.cpp's MiMo-V2 MTP graph asks)."""
     root = tmp_path_factory.mktemp("mtp-mimo2")
     source = arch_models.write(root, "mimo2")
-    return {head: mtp_models.with_mtp_block(source, root / f"mimo2-mtp-{head.value}.gguf", head=head)
+    return {head: mtp_models.with_mtp_blocks(source, root / f"mimo2-mtp-{head.value}.gguf", heads=(head,))
             for head in (Head.RANDOM, Head.AGREES, Head.DISAGREES)}
 
 
@@ -66,6 +66,58 @@ def test_an_attention_only_targets_mtp_head_drafts_losslessly_alone_and_in_four_
         assert engine.target.memory is MemoryKind.ATTENTION and engine.mtp_layers == 1
         alone, together = lossless_alone_and_in_four_slots(engine, "mtp", f"mimo2, the {head.value} head")
         assert low <= acceptance(alone) <= high and low <= acceptance(together) <= high
+
+
+@pytest.fixture(scope="module")
+def chained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """MiMo-V2s with several MTP layers, layer i trained for draft position i (MiMo-V2-Flash and Step-3.5 ship theirs
+    so): three heads that agree, and two whose second never does."""
+    root = tmp_path_factory.mktemp("mtp-chained")
+    source = arch_models.write(root / "source", "mimo2")
+    kinds = {"agree": (Head.AGREES,) * 3, "second-disagrees": (Head.AGREES, Head.DISAGREES)}
+    return {name: mtp_models.with_mtp_blocks(source, root / f"mimo2-mtp-{name}.gguf", heads=kinds[name]) for name in kinds}
+
+
+def test_chained_heads_draft_a_position_each_losslessly_alone_and_in_four_slots(chained):
+    """Three agreeing heads draft three tokens where four are asked, all accepted. Where the second head never agrees,
+    every draft's first token holds and its second fails: the second position is the second head's, not the first
+    head's run again (which agrees)."""
+    with Engine(EngineConfig(chained["agree"], n_ctx=2048)) as engine:
+        assert engine.mtp_layers == 3 and GREEDY.draft_max == 4
+        alone, together = lossless_alone_and_in_four_slots(engine, "mtp", "three chained heads")
+        assert acceptance(alone) == acceptance(together) == 1.0
+        assert {len(r.finished.stats.draft_n_per_pos) for r in alone + together} == {3}
+    with Engine(EngineConfig(chained["second-disagrees"], n_ctx=2048)) as engine:
+        alone, together = lossless_alone_and_in_four_slots(engine, "mtp", "a second head that never agrees")
+        for result in alone + together:
+            stats = result.finished.stats
+            assert stats.draft_n_per_pos[1] > 0 and stats.acceptance_by_position == [1.0, 0.0], stats.draft_n_per_pos
+
+
+def test_the_memory_plan_counts_every_chained_heads_cells(chained, tmp_path):
+    """The head's context keeps cells for each of its layers: the plan's cells equal llama.cpp's log for both contexts."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    result = cli("generate", "--target", str(chained["agree"]), "--drafter", "mtp", "--raw", "--prompt", "hi", "--max-tokens", "4",
+                 "--ctx-size", "1024", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(result.stdout)["device"]["plan"]["models"]["target"]
+    log = (tmp_path / "state" / "localspec" / "log" / "llama.log").read_text()
+    layers = re.findall(r"llama_kv_cache: size = .*cells,\s+(\d+) layers", log)
+    mib = [float(v) for v in re.findall(r"CPU KV buffer size =\s+([\d.]+) MiB", log)]
+    assert "3" in layers and planned["kv_bytes"] / 2**20 == pytest.approx(sum(mib), abs=0.02)
+
+
+def test_auto_asks_chained_heads_for_no_more_tokens_than_they_draft(chained):
+    """At a GPU's costs, three heads that always agree are worth asking for all they draft, and no more: auto prices the
+    heads' K to three (eight would be its choice for a head that drafts on), and its answer is the target's own."""
+    with Engine(EngineConfig(chained["agree"], n_ctx=2048)) as engine:
+        config, prompt = replace(GREEDY, max_tokens=60, draft_max=32), PROMPTS[2]
+        auto = AutoDrafter(CostTable.given(GPU_VERIFY_MS, GPU_HEAD_MS), MtpDrafter(engine.target))
+        result = run(Decoder(engine.target, auto), prompt, config)
+        assert_lossless(run(engine.plain, prompt, config), result, label="auto on three chained heads")
+    decisions = result.finished.stats.decisions
+    asked = {int(label.split("K=")[1]) for label in decisions if label.startswith(Source.MTP.value)}
+    assert asks(decisions, Source.MTP) >= 3 and max(asked) == 3, decisions
 
 
 @pytest.mark.parametrize("head", list(Head), ids=lambda head: head.value)
@@ -194,7 +246,7 @@ def test_the_bench_runs_the_head_and_refuses_what_the_pair_lacks(tmp_path):
     cannot run (an EAGLE-3 head's) with what to do. (The sweep is named: the default one adds the self draft, which
     cut from this three-block model keeps only its recurrent block.)"""
     source = arch_models.write(tmp_path, "qwen35")
-    target = mtp_models.with_mtp_block(source, tmp_path / "qwen35-mtp.gguf", head=Head.NEAR, chat_template=CHAT_TEMPLATE)
+    target = mtp_models.with_mtp_blocks(source, tmp_path / "qwen35-mtp.gguf", heads=(Head.NEAR,), chat_template=CHAT_TEMPLATE)
     out = tmp_path / "bench.json"
     result = cli("bench", "--target", str(target), "--drafters", "mtp,ngram", "--draft-max", "2", "--only", "chat-git",
                  "--max-tokens", "16", "--json", str(out))

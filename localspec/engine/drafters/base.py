@@ -117,6 +117,9 @@ class Drafter(ABC):
     # The models it decodes with; the decoder reads their decode time (Model.decode_ns) for the Python-overhead figure.
     models: tuple[Decoding, ...] = ()
     costs: CostTable | None = None  # the pass costs a drafter that prices its steps measures (auto); the bench reports them
+    # Chained heads (a target with several MTP layers): how many. Each drafts one position, so a draft holds at most that
+    # many tokens however many are asked; every head reads the tokens it has not, and head i re-reads the draft so far.
+    chained_heads: int | None = None
 
     @property
     def bridge_ns(self) -> int:

@@ -11,6 +11,10 @@ the head's own hidden rows, one pass a position for all sequences. llama.cpp rea
 right after each target pass; read with the first draft pass, it costs one llama_decode a step less, and auto, which
 asks the head only where it pays, pays the catch-up only then.
 
+Chained heads (a model with several MTP layers, head i trained for draft position i) draft at most one token a head:
+every head reads the queue, and head i re-reads the draft so far under its own attention, as llama.cpp's draft-mtp
+chains them.
+
 A head has no recurrent state, so on a hybrid target (Qwen3.5) only the target's own rollback knows its memory kind;
 the head drops a tail as an attention cache does.
 """
@@ -39,8 +43,11 @@ class DraftHead(Protocol):
     n_embd: int  # the width of the rows it reads
     tokens: list[list[int]]  # each sequence's cells: the token at each position (-1 where none)
     decode_ns: int
+    n_heads: int  # trained heads, one per draft position where several
 
     def refresh(self) -> bool: ...
+
+    def use_head(self, index: int) -> None: ...
 
     def decode(self, entries: Sequence[tuple[int, int, int, bool]], hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -71,6 +78,7 @@ class HeadDrafter(Drafter):
         self.models = (head,)
         self._seqs: dict[int, _Sequence] = {}
         self.passes: list[tuple[int, float]] = []  # the last draft's passes, (tokens, ms), as ModelDrafter's
+        self.chained_heads = head.n_heads if head.n_heads > 1 else None
 
     @abstractmethod
     def _token_rows(self, entries: Sequence[tuple[int, int, int, bool]], picked: list[int]) -> np.ndarray:
@@ -122,20 +130,26 @@ class HeadDrafter(Drafter):
         if sum(len(state.unread) for state in self._seqs.values()) > self.head.target.n_batch // 2:
             self._read_unread(list(self._seqs))
 
-    def _read_unread(self, seqs: Sequence[int]) -> None:
-        """The head reads what the sequences have queued, asking no rows: a queue kept short (its rows are copies)."""
-        entries: list[tuple[int, int, int, bool]] = []
-        rows: list[np.ndarray] = []
+    def _read_unread(self, seqs: Sequence[int]) -> list[tuple[int, float]]:
+        """The head reads what the sequences have queued, asking no rows: a queue kept short (its rows are copies). Chained
+        heads each read it, the first last: the cells stay under its attention, as between drafts. Its passes, (tokens,
+        ms)."""
+        pieces: list[tuple[list[tuple[int, int, int, bool]], list[np.ndarray]]] = [([], [])]
         for seq in seqs:
             state = self._seqs[seq]
-            if len(entries) + len(state.unread) > self.head.target.n_batch and entries:
-                self.head.decode(entries, np.stack(rows))
-                entries, rows = [], []
-            entries += [(token, pos, seq, False) for token, pos in state.unread]
-            rows += state.unread_rows
+            if len(pieces[-1][0]) + len(state.unread) > self.head.target.n_batch and pieces[-1][0]:
+                pieces.append(([], []))
+            pieces[-1][0].extend((token, pos, seq, False) for token, pos in state.unread)
+            pieces[-1][1].extend(state.unread_rows)
             state.unread, state.unread_rows = [], []
-        if entries:
-            self.head.decode(entries, np.stack(rows))
+        passes = []
+        for entries, rows in pieces:
+            for index in reversed(range(self.head.n_heads)) if entries else ():
+                start = time.perf_counter_ns()
+                self.head.use_head(index)
+                self.head.decode(entries, np.stack(rows))
+                passes.append((len(entries), (time.perf_counter_ns() - start) / 1e6))
+        return passes
 
     def pending_tokens(self, seq: int) -> int:
         """Tokens the target read that the head has not: what its next draft's first pass reads first."""
@@ -161,44 +175,49 @@ class HeadDrafter(Drafter):
 
     def draft(self, orders: Sequence[DraftOrder]) -> list[Draft]:
         """A draft per order (no lookup tokens before it: the head would need the target's rows for them), one head
-        pass a position: the first reads each sequence's queue (where the head mixes outputs), then its own token."""
+        pass a position: the first reads each sequence's queue (where the head mixes outputs), then its own token;
+        chained heads re-read the whole draft so far, each under its own head."""
         self.passes = []
         drafts = [Draft() for _ in orders]
         active = [index for index, order in enumerate(orders)
                   if order.k > 0 and (state := self._seqs.get(order.seq)) is not None and state.last is not None]
         queued = sum(self.pending_tokens(orders[i].seq) for i in active)
-        if queued and (not self.mixes_outputs or queued + len(active) > self.head.target.n_batch):
-            start = time.perf_counter_ns()
-            self._read_unread([orders[i].seq for i in active])
-            self.passes.append((queued, (time.perf_counter_ns() - start) / 1e6))  # the catch-up, priced as a draft pass
-        entries: list[tuple[int, int, int, bool]] = []
-        rows: list[np.ndarray] = []
+        chained = self.head.n_heads > 1
+        if queued and (not self.mixes_outputs or chained or queued + len(active) > self.head.target.n_batch):
+            self.passes += self._read_unread([orders[i].seq for i in active])  # the catch-up, priced as draft passes
+        queued_links: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # what each sequence queued, read in the first pass
+        links: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # each draft's (token, position, row beside it) so far
         for index in active:
-            seq = orders[index].seq
-            state = self._seqs[seq]
+            state = self._seqs[orders[index].seq]
             assert not orders[index].after, "the head drafts from the accepted text only"
-            entries += [(token, pos, seq, False) for token, pos in state.unread]
-            rows += state.unread_rows
+            queued_links[index] = [(token, pos, row) for (token, pos), row in zip(state.unread, state.unread_rows)]
             state.unread, state.unread_rows = [], []
-            entries.append((state.last, state.pending_pos + 1 + self.offset, seq, True))  # type: ignore[arg-type]
-            rows.append(state.pending if state.pending is not None else np.zeros(self.head.n_embd, dtype=np.float32))
+            pending = state.pending if state.pending is not None else np.zeros(self.head.n_embd, dtype=np.float32)
+            links[index] = [(state.last, state.pending_pos + 1 + self.offset, pending)]  # type: ignore[list-item]
+        depth = 0
         while active:
+            entries: list[tuple[int, int, int, bool]] = []
+            rows: list[np.ndarray] = []
+            for index in active:
+                read = [*queued_links.pop(index, []), *(links[index] if chained else links[index][-1:])]
+                entries += [(token, pos, orders[index].seq, i == len(read) - 1) for i, (token, pos, _) in enumerate(read)]
+                rows += [row for *_, row in read]
             start, n_entries = time.perf_counter_ns(), len(entries)
+            self.head.use_head(depth)
             logits, hidden = self.head.decode(entries, np.stack(rows))
             asking = [entry for entry in entries if entry[3]]
             still: list[int] = []
-            entries, rows = [], []
             for j, index in enumerate(active):
                 order, draft = orders[index], drafts[index]
                 chosen = next_draft_token(logits[j], order.p_min, order.sampling, order.rng)
                 if chosen is not None:
                     draft.append(*chosen)
-                if chosen is not None and len(draft.tokens) < order.k:
+                if chosen is not None and len(draft.tokens) < min(order.k, self.chained_heads or order.k):
                     still.append(index)
-                    entries.append((chosen[0], asking[j][1] + 1, order.seq, True))
-                    rows.append(hidden[j].copy())
+                    links[index].append((chosen[0], asking[j][1] + 1, hidden[j].copy()))
             self.passes.append((n_entries, (time.perf_counter_ns() - start) / 1e6))
-            active = still
+            active, depth = still, depth + 1
+        self.head.use_head(0)
         return drafts
 
     def end(self, seq: int) -> None:

@@ -31,6 +31,7 @@ class HeadContext:
     -1 where none, as after a prompt cache another drafter filled)."""
 
     name = "draft head"  # what its errors call it
+    n_heads = 1  # its trained heads, one per draft position where several (one drafts every position)
 
     def __init__(self, target: Model, n_embd: int) -> None:
         self.target = target
@@ -89,6 +90,9 @@ class HeadContext:
         if not outputs:
             return np.empty((0, self.target.n_vocab), dtype=np.float32), np.empty((0, self.n_embd), dtype=np.float32)
         return self.logits(outputs), self.own_rows(outputs)
+
+    def use_head(self, index: int) -> None:
+        """The head the next passes run (chained heads: one per draft position); a lone head has nothing to choose."""
 
     def logits(self, rows: int) -> np.ndarray:
         return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(rows, self.target.n_vocab))

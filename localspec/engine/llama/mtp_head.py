@@ -4,6 +4,11 @@ A Qwen3.5/3.6 (or GLM-4.5, MiMo, DeepSeek) GGUF can carry multi-token-prediction
 block that reads a token's embedding beside the target's hidden state at the position before it, and predicts the
 token after. llama.cpp runs it in a context of its own (LLAMA_CONTEXT_TYPE_MTP), whose cache holds that block's
 attention: one cell per position, each made from a token and the target's row before it (head_context.py).
+
+A model with several MTP layers (MiMo-V2, Step-3.5) trained layer i to draft position i: chained heads, as llama.cpp's
+draft-mtp runs them. Each layer keeps its own attention in the same cells: a pass under layer i writes only its own
+keys and values, and the cells a pass frees and fills again at the same positions keep the other layers' (llama.cpp's
+`chain_heads`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class MtpHead(HeadContext):
             raise EngineError(f"{target.path.name} carries no MTP layers (its header has no nextn_predict_layers), so the mtp "
                               "drafter cannot run on it: pick a target whose GGUF keeps them (an -MTP file), or another drafter.")
         super().__init__(target, int(llama_cpp.llama_model_n_embd_out(target.handles[0])))
+        self.n_heads = mtp_layers(target)
         self.refresh()
 
     def refresh(self) -> bool:
@@ -50,6 +56,10 @@ class MtpHead(HeadContext):
         self._open(model, target_ctx, mtp)
         llama_cpp_ext.llama_set_embeddings_nextn(target_ctx, True, False)  # a row for every token the target reads
         return True
+
+    def use_head(self, index: int) -> None:
+        if self.n_heads > 1:
+            llama_cpp_ext.llama_set_nextn_layer_offset(self._ctx, index)
 
     def target_rows(self, n: int) -> np.ndarray:
         """The target's hidden rows of its last pass, one per entry in entry order: a view valid until its next pass."""

@@ -71,7 +71,8 @@ class AutoDrafter(Drafter):
         self.models = tuple(m for drafter in self.drafting.values() for m in drafter.models)
         self.lookups = lookups or Lookups()
         # the policy and what it learns, kept across requests
-        self.planner = Planner(costs, model is not None, source, Source(head.name) if head is not None else None)
+        self.planner = Planner(costs, model is not None, source, Source(head.name) if head is not None else None,
+                               {source: drafter.chained_heads for source, drafter in self.drafting.items() if drafter.chained_heads})
         self._answers: dict[int, _Answer] = {}
         self._drafting_ms = 0.0  # this step's draft-model passes, which the planner prices apart from the step's overhead
 

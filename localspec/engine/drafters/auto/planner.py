@@ -26,8 +26,9 @@ from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.auto.hybrid_plan import best_hybrid
+from localspec.engine.drafters.auto.model_source import ModelSource
 from localspec.engine.drafters.ngram import Lookup
-from localspec.engine.pass_costs import CostTable, PassCosts
+from localspec.engine.pass_costs import CostTable
 from localspec.engine.tuning import ASCENT_ROUNDS, CARRIED_ASKS, CARRIED_RUNS, MODEL_K_MAX, OVERHEAD_DECAY, SWITCH_LEGS
 
 
@@ -45,41 +46,23 @@ class SlotOptions:
         return self.pending if isinstance(self.pending, int) else self.pending.get(source, 0)
 
 
-@dataclass
-class ModelSource:
-    """A model that drafts auto's model tokens: the draft model, or a head of the target (MTP, EAGLE-3). What its passes
-    cost, how often the target accepts its tokens (by the target's confidence), and its last pass's size."""
-
-    source: Source
-    costs: PassCosts
-    acceptance: ConfidenceClasses = field(default_factory=ConfidenceClasses)
-    last_pass: int | None = None
-
-    @property
-    def continues_lookup(self) -> bool:
-        """Only the draft model continues a lookup run (a hybrid): a head would need the target's rows for its tokens."""
-        return self.source is Source.MODEL
-
-    def switches(self, sizes: Sequence[int], last: int | None = None) -> float:
-        """The changes of size a chain of its passes of `sizes` pays, after its last pass (or one of `last` tokens)."""
-        before = self.last_pass if last is None else last
-        return sum(self.costs.switch(prior, n) for prior, n in zip([before, *sizes], sizes))
-
-
 class Planner:
     """auto's choices and what they are learned from: the costs, lookup's and the draft model's acceptance, the
     exploration budget, the step's overhead (kept across requests)."""
 
-    def __init__(self, costs: CostTable, has_draft_model: bool, model_source: Source = Source.MODEL, head: Source | None = None) -> None:
+    def __init__(self, costs: CostTable, has_draft_model: bool, model_source: Source = Source.MODEL, head: Source | None = None,
+                 chained_heads: Mapping[Source, int] | None = None) -> None:
         """`model_source`: what drafts auto's model tokens, the draft model or a head (MTP, EAGLE-3; a head cannot
         continue a lookup run: it would need the target's rows for its tokens, so it makes no hybrid), priced by
-        costs.draft. `head`: a head beside the draft model, priced by costs.head: auto then chooses between them."""
+        costs.draft. `head`: a head beside the draft model, priced by costs.head: auto then chooses between them.
+        `chained_heads`: the sources that are chained heads, and how many (priced pass by pass, _chained_ms)."""
         self.costs = costs
         self.sources: list[ModelSource] = []
+        chained = chained_heads or {}
         if has_draft_model and costs.draft is not None and costs.draft.ms:
-            self.sources.append(ModelSource(model_source, costs.draft))
+            self.sources.append(ModelSource(model_source, costs.draft, chained_heads=chained.get(model_source)))
         if head is not None and costs.head is not None and costs.head.ms:
-            self.sources.append(ModelSource(head, costs.head))
+            self.sources.append(ModelSource(head, costs.head, chained_heads=chained.get(head)))
         self.lookup_acceptance = AgreementModel()
         self.overhead_ms = 0.0  # a step's time outside llama_decode (Python, sampling): paid whatever is drafted
         self.exploration = ExplorationBudget()
@@ -155,7 +138,7 @@ class Planner:
         for source in self.sources:
             pending = max(1, options.pending_for(source.source))
             per_token = min(source.costs.cost(1), source.costs.cost(pending))
-            for k in range(1, min(options.cap, MODEL_K_MAX) + 1):
+            for k in range(1, min(options.cap, source.k_max) + 1):
                 if (1 + k) / (self.overhead_ms + self.costs.verify(k + 1) + k * per_token) > plain:
                     return True
         return False
@@ -250,8 +233,8 @@ class Planner:
         lookup_expected, lookup_survive = self._lookup_curves(options)
         n_lookup = len(lookup_expected) - 1
         found += [Choice(Source.NGRAM, k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
-        model_k = min(options.cap, MODEL_K_MAX)
         for source in self.sources:
+            model_k = min(options.cap, source.k_max)
             model_expected = self._model_curve(options, model_k, source)
             vouched = source.acceptance.vouched(options.belief.confidence.class_index, model_k)
             found += [Choice(source.source, k, 1 + model_expected[k], vouched=1 + vouched[k]) for k in range(1, len(model_expected))]
@@ -289,6 +272,14 @@ class Planner:
             drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k and self.source_of(choice) is source]
             if not drafting:
                 continue
+            if source.chained_heads:
+                queued = [options.pending_for(source.source) for _, options in drafting]
+                n_queued: int = sum(queued)
+                share = (sum(n / options.belief.resume_runs.expected for n, (_, options) in zip(queued, drafting)) / n_queued
+                         if spread and n_queued else 1.0)
+                reach = [sum(1 for choice, _ in drafting if choice.model_k > depth) for depth in range(max(c.model_k for c, _ in drafting))]
+                ms += source.chained_ms(n_queued, reach, share)
+                continue
             # The first pass reads, for each drafting slot, what it has not seen (at least its last token) and a hybrid's
             # lookup tokens; it gives each one's first draft token.
             first = source.costs.cost(sum(1 + choice.lookup_k for choice, _ in drafting))
@@ -313,6 +304,8 @@ class Planner:
             source = self.source_of(choice)
             pending = options.pending_for(source.source)
             share = 1 / options.belief.resume_runs.expected if spread and pending > 1 else 1.0
+            if source.chained_heads:
+                return ms + source.chained_ms(pending, [1] * choice.model_k, share)
             key = (source.source, choice.lookup_k, pending, share)
             if key not in self._drafting_ms:
                 first = source.costs.cost(1 + choice.lookup_k)
@@ -342,8 +335,8 @@ class Planner:
             alone = [slots[i]]
             own_rate = self._rate([choices[i]], alone)
             for source in self.sources:  # the cheapest K of the first model that would win for the slot
-                expected = self._model_curve(slots[i], MODEL_K_MAX, source)
-                for k in range(1, min(slots[i].cap, MODEL_K_MAX) + 1):
+                expected = self._model_curve(slots[i], source.k_max, source)
+                for k in range(1, min(slots[i].cap, source.k_max) + 1):
                     if self._rate([Choice(source.source, k, 1 + hoped[k])], alone) <= own_rate:
                         continue
                     trial = [*choices[:i], Choice(source.source, k, 1 + expected[k]), *choices[i + 1 :]]
