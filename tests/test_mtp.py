@@ -71,10 +71,10 @@ def test_an_attention_only_targets_mtp_head_drafts_losslessly_alone_and_in_four_
 @pytest.fixture(scope="module")
 def chained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """MiMo-V2s with several MTP layers, layer i trained for draft position i (MiMo-V2-Flash and Step-3.5 ship theirs
-    so): three heads that agree, and two whose second never does."""
+    so): three heads that agree, two whose second never does, and two that agree now and then."""
     root = tmp_path_factory.mktemp("mtp-chained")
     source = arch_models.write(root / "source", "mimo2")
-    kinds = {"agree": (Head.AGREES,) * 3, "second-disagrees": (Head.AGREES, Head.DISAGREES)}
+    kinds = {"agree": (Head.AGREES,) * 3, "second-disagrees": (Head.AGREES, Head.DISAGREES), "near": (Head.NEAR,) * 2}
     return {name: mtp_models.with_mtp_blocks(source, root / f"mimo2-mtp-{name}.gguf", heads=kinds[name]) for name in kinds}
 
 
@@ -92,6 +92,16 @@ def test_chained_heads_draft_a_position_each_losslessly_alone_and_in_four_slots(
         for result in alone + together:
             stats = result.finished.stats
             assert stats.draft_n_per_pos[1] > 0 and stats.acceptance_by_position == [1.0, 0.0], stats.draft_n_per_pos
+
+
+def test_sampled_chained_heads_keep_the_targets_distribution(chained):
+    """At T > 0 each position's token is drawn from its own head's distribution (q), and judged against it."""
+    with Engine(EngineConfig(chained["near"], n_ctx=512)) as engine:
+        prompt = PROMPTS[0]
+        expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
+        samples, drafted = sample_with_drafts(engine.decoder("mtp"), prompt, "speculative", draft_max=3)
+        assert drafted > N_SEEDS
+        assert fit_p_value(samples, expected) > SIGNIFICANCE
 
 
 def test_the_memory_plan_counts_every_chained_heads_cells(chained, tmp_path):
