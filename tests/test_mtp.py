@@ -81,7 +81,8 @@ def chained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_chained_heads_draft_a_position_each_losslessly_alone_and_in_four_slots(chained):
     """Three agreeing heads draft three tokens where four are asked, all accepted. Where the second head never agrees,
     every draft's first token holds and its second fails: the second position is the second head's, not the first
-    head's run again (which agrees)."""
+    head's run again (which agrees). Heads are made to agree without attending, so heads that do (near) show that each
+    keeps its cells among other sequences' (llama.cpp's chain_heads keeps every layer in the same cells)."""
     with Engine(EngineConfig(chained["agree"], n_ctx=2048)) as engine:
         assert engine.mtp_layers == 3 and GREEDY.draft_max == 4
         alone, together = lossless_alone_and_in_four_slots(engine, "mtp", "three chained heads")
@@ -92,6 +93,12 @@ def test_chained_heads_draft_a_position_each_losslessly_alone_and_in_four_slots(
         for result in alone + together:
             stats = result.finished.stats
             assert stats.draft_n_per_pos[1] > 0 and stats.acceptance_by_position == [1.0, 0.0], stats.draft_n_per_pos
+    # Heads whose own attention matters draft alike alone and beside three other sequences: each head's cells stay its own.
+    with Engine(EngineConfig(chained["near"], n_ctx=2048)) as engine:
+        alone, together = lossless_alone_and_in_four_slots(engine, "mtp", "two heads that agree now and then")
+        for one, four in zip(alone, together):
+            assert (one.finished.stats.n_acc_tokens_per_pos, one.finished.stats.draft_n_per_pos) == (
+                four.finished.stats.n_acc_tokens_per_pos, four.finished.stats.draft_n_per_pos)
 
 
 def test_sampled_chained_heads_keep_the_targets_distribution(chained):
