@@ -132,8 +132,7 @@ class HeadDrafter(Drafter):
 
     def _read_unread(self, seqs: Sequence[int]) -> list[tuple[int, float]]:
         """The head reads what the sequences have queued, asking no rows: a queue kept short (its rows are copies). Chained
-        heads each read it, the first last: the cells stay under its attention, as between drafts. Its passes, (tokens,
-        ms)."""
+        heads each read it, the first head last (the one a draft starts with). Its passes, (tokens, ms)."""
         pieces: list[tuple[list[tuple[int, int, int, bool]], list[np.ndarray]]] = [([], [])]
         for seq in seqs:
             state = self._seqs[seq]

@@ -55,7 +55,7 @@ class Planner:
         """`model_source`: what drafts auto's model tokens, the draft model or a head (MTP, EAGLE-3; a head cannot
         continue a lookup run: it would need the target's rows for its tokens, so it makes no hybrid), priced by
         costs.draft. `head`: a head beside the draft model, priced by costs.head: auto then chooses between them.
-        `chained_heads`: the sources that are chained heads, and how many (priced pass by pass, _chained_ms)."""
+        `chained_heads`: the sources that are chained heads, and how many (priced pass by pass: ModelSource.chained_ms)."""
         self.costs = costs
         self.sources: list[ModelSource] = []
         chained = chained_heads or {}
