@@ -29,6 +29,7 @@ from localspec.engine.sampling import SamplingParams
 from localspec.gguf.header import read_local_header
 from localspec.machine.memory_plan import footprint
 from tests import arch_models, mtp_models
+from tests.batch_runs import run_batch
 from tests.conftest import cli, run
 from tests.goodness_of_fit import fit_p_value
 from tests.head_runs import GREEDY, PROMPTS, acceptance, lossless_alone_and_in_four_slots
@@ -71,10 +72,12 @@ def test_an_attention_only_targets_mtp_head_drafts_losslessly_alone_and_in_four_
 @pytest.fixture(scope="module")
 def chained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """MiMo-V2s with several MTP layers, layer i trained for draft position i (MiMo-V2-Flash and Step-3.5 ship theirs
-    so): three heads that agree, two whose second never does, and two that agree now and then."""
+    so): three heads that agree, two whose second never does, and two or three that agree now and then (each "near" head
+    of one model the same block), beside one such head alone."""
     root = tmp_path_factory.mktemp("mtp-chained")
     source = arch_models.write(root / "source", "mimo2")
-    kinds = {"agree": (Head.AGREES,) * 3, "second-disagrees": (Head.AGREES, Head.DISAGREES), "near": (Head.NEAR,) * 2}
+    kinds = {"agree": (Head.AGREES,) * 3, "second-disagrees": (Head.AGREES, Head.DISAGREES), "near": (Head.NEAR,) * 2,
+             "one near": (Head.NEAR,), "three near": (Head.NEAR,) * 3}
     return {name: mtp_models.with_mtp_blocks(source, root / f"mimo2-mtp-{name}.gguf", heads=kinds[name]) for name in kinds}
 
 
@@ -99,6 +102,42 @@ def test_chained_heads_draft_a_position_each_losslessly_alone_and_in_four_slots(
         for one, four in zip(alone, together):
             assert (one.finished.stats.n_acc_tokens_per_pos, one.finished.stats.draft_n_per_pos) == (
                 four.finished.stats.n_acc_tokens_per_pos, four.finished.stats.draft_n_per_pos)
+
+
+class RecordingMtp(MtpDrafter):
+    """The mtp drafter, keeping every draft it proposes, by the prompt of the answer it drafts for."""
+
+    def __init__(self, target) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(target)
+        self.drafted: dict[tuple[int, ...], list[list[int]]] = {}
+        self._prompts: dict[int, tuple[int, ...]] = {}
+
+    def begin(self, seq, prompt) -> None:  # type: ignore[no-untyped-def]
+        super().begin(seq, prompt)
+        self._prompts[seq] = tuple(prompt)
+
+    def propose(self, asks):  # type: ignore[no-untyped-def]
+        drafts = super().propose(asks)
+        for ask, draft in zip(asks, drafts):
+            self.drafted.setdefault(self._prompts[ask.seq], []).append(list(draft.tokens))
+        return drafts
+
+
+def test_chained_copies_of_one_head_draft_what_that_head_drafts_alone(chained):
+    """Three chained heads that are one block three times must draft, token for token, what that block drafts alone as
+    a head run three times: head i's cells for the accepted text and for the draft so far are then exactly the lone
+    head's. A head that missed the catch-up, or read the draft without its own attention, drafts otherwise."""
+    config = replace(GREEDY, draft_max=3, max_tokens=60)
+    drafted = {}
+    for name in ("one near", "three near"):
+        with Engine(EngineConfig(chained[name], n_ctx=2048)) as engine:
+            alone, together = RecordingMtp(engine.target), RecordingMtp(engine.target)
+            for prompt in PROMPTS:
+                run(Decoder(engine.target, alone), prompt, config)
+            run_batch(engine.batch(4), [(prompt, config, together) for prompt in PROMPTS])
+            drafted[name] = (alone.drafted, together.drafted)
+    assert sum(len(draft) == 3 for drafts in drafted["one near"][0].values() for draft in drafts) > 50
+    assert drafted["three near"] == drafted["one near"]
 
 
 def test_sampled_chained_heads_keep_the_targets_distribution(chained):
@@ -156,6 +195,21 @@ def test_a_next_turn_drafts_from_the_cells_its_first_answer_left(heads):
         assert again.finished.stats.cache_n >= prompt_passes.MIN_PASS
         assert_lossless(run(engine.plain, turn, GREEDY), again, label="the next turn")
         assert acceptance([again]) >= 0.95
+
+
+def test_a_head_made_before_the_target_reopens_its_context_opens_its_own_anew(attention_only):
+    """A target that reopens its context for more sequences (a server's slots, a tree drafter) often gets the freed
+    one's address back (this MiMo-V2's does): a head made before pairs by the context's serial, so it still opens its
+    own for every slot."""
+    with Engine(EngineConfig(attention_only[Head.AGREES], n_ctx=2048)) as engine:
+        expected = [run(engine.plain, prompt, GREEDY) for prompt in PROMPTS]
+        drafter = MtpDrafter(engine.target)  # beside the one-sequence context
+        scheduler = engine.batch(4)
+        assert not drafter.head.paired()  # whatever address the new context has
+        together = [collected.run for collected in run_batch(scheduler, [(prompt, GREEDY, drafter) for prompt in PROMPTS])]
+    for i, (plain, result) in enumerate(zip(expected, together)):
+        assert_lossless(plain, result, label=f"prompt {i}, a head made before the slots")
+    assert acceptance(together) >= 0.95
 
 
 @pytest.mark.parametrize("head", [Head.NEAR, Head.DISAGREES], ids=lambda head: head.value)

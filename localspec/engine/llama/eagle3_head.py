@@ -95,7 +95,7 @@ class Eagle3Head(HeadContext):
         The target's every pass then keeps the three layers' inputs. The head's `ctx_other` lends it the target's
         embedding and output head, where its file has none of its own."""
         _, target_ctx = self.target.handles
-        if target_ctx == self._target_ctx:
+        if self.paired():
             return False
         self._close_context()
         self._open(self._model, target_ctx, lambda params: None)

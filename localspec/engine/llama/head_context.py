@@ -39,6 +39,7 @@ class HeadContext:
         self.decode_ns = 0  # time inside llama.cpp, as Model's: the scheduler counts it as llama time
         self._ctx: int | None = None
         self._target_ctx: int | None = None
+        self._target_serial: int | None = None  # the target context's Model.context_serial it pairs with
         self.tokens: list[list[int]] = []
 
     def _open(self, model: int, target_ctx: int, adjust: Callable[[llama_cpp.llama_context_params], None]) -> None:
@@ -57,12 +58,16 @@ class HeadContext:
             raise ModelLoadError(f"Could not open the {self.name}'s context for {target.path.name} ({errors}). This is usually a "
                                  "lack of memory: try a smaller context size.")
         llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)  # its own hidden rows, for the rows asked
-        self._target_ctx = target_ctx
+        self._target_ctx, self._target_serial = target_ctx, self.target.context_serial
         self._batch = llama_cpp.llama_batch_init(target.n_batch, self.n_embd, target.n_seq)
         self._token_buffer = (llama_cpp.llama_token * target.n_batch)()
         self._batch.token = self._token_buffer  # the batch holds rows; the head reads the tokens beside them
         self._embd = np.ctypeslib.as_array(self._batch.embd, shape=(target.n_batch, self.n_embd))
         self.tokens = [[] for _ in range(target.n_seq)]
+
+    def paired(self) -> bool:
+        """Whether it pairs with the target's current context (by its serial: a reopened context may reuse the address)."""
+        return self._target_ctx is not None and self._target_serial == self.target.context_serial
 
     def decode(self, entries: Sequence[tuple[int, int, int, bool]], hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One pass over (token, position, sequence, wants_logits) entries, the i-th beside `hidden[i]`. Each sequence's
@@ -128,7 +133,7 @@ class HeadContext:
         if getattr(self, "_ctx", None):
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
-        self._target_ctx = None
+        self._target_ctx = self._target_serial = None
 
     def __del__(self) -> None:
         self.close()

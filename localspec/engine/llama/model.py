@@ -10,6 +10,7 @@ of a whole speculative step. The vocabulary is an object of its own (vocabulary.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 import time
 from collections import Counter
@@ -36,6 +37,7 @@ from localspec.engine.tokens import common_prefix
 DEFAULT_N_BATCH = 512
 
 _backend_lock = threading.Lock()
+_context_serials = itertools.count(1)
 _backend_ready = False
 
 
@@ -131,6 +133,8 @@ class Model(ModelFacts):
                 f"Could not create a {config.n_ctx}-token context for {self.path.name} ({errors}). "
                 "This is usually a lack of memory: try a smaller context size or fewer GPU layers."
             )
+        # which context this is: a reopened one (ensure_sequences) often comes back at the freed one's address
+        self.context_serial = next(_context_serials)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)

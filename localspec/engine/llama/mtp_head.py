@@ -45,7 +45,7 @@ class MtpHead(HeadContext):
         """Pair with the target's current context, opening the head's anew (its cells empty) where the target reopened
         its own (ensure_sequences); whether it did. The target's every pass then keeps a hidden row per token."""
         model, target_ctx = self.target.handles
-        if target_ctx == self._target_ctx:
+        if self.paired():
             return False
         self.close()
 
