@@ -165,7 +165,7 @@ def test_the_memory_plan_counts_every_chained_heads_cells(chained, tmp_path):
 
 def test_auto_asks_chained_heads_for_no_more_tokens_than_they_draft(chained):
     """At a GPU's costs, three heads that always agree are worth asking for all they draft, and no more: auto prices the
-    heads' K to three (eight would be its choice for a head that drafts on), and its answer is the target's own."""
+    heads' K to three (priced as a head that drafts on, it asked for four and five), and its answer is the target's own."""
     with Engine(EngineConfig(chained["agree"], n_ctx=2048)) as engine:
         config, prompt = replace(GREEDY, max_tokens=60, draft_max=32), PROMPTS[2]
         auto = AutoDrafter(CostTable.given(GPU_VERIFY_MS, GPU_HEAD_MS), MtpDrafter(engine.target))
