@@ -57,7 +57,7 @@ def with_mtp_blocks(source: Path, path: Path, heads: Sequence[Head] = (Head.RAND
     # The block copied into each MTP block: one that attends with a dense feed-forward (MiMo-V2's MTP graph asserts both).
     full = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith(".attn_q.weight")
                and any(other.name == t.name.replace("attn_q", "ffn_gate") for other in reader.tensors))
-    made = {head is not Head.RANDOM for head in heads} == {True}
+    made = all(head is not Head.RANDOM for head in heads)
     if not made and any(head is not Head.RANDOM for head in heads):
         raise ValueError("made heads need the target's blocks silenced: make them all, or none")
 

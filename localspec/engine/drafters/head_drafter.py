@@ -181,7 +181,7 @@ class HeadDrafter(Drafter):
         active = [index for index, order in enumerate(orders)
                   if order.k > 0 and (state := self._seqs.get(order.seq)) is not None and state.last is not None]
         queued = sum(self.pending_tokens(orders[i].seq) for i in active)
-        chained = self.head.n_heads > 1
+        chained = self.chained_heads is not None
         if queued and (not self.mixes_outputs or chained or queued + len(active) > self.head.target.n_batch):
             self.passes += self._read_unread([orders[i].seq for i in active])  # the catch-up, priced as draft passes
         queued_links: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # what each sequence queued, read in the first pass

@@ -37,8 +37,8 @@ from localspec.engine.tokens import common_prefix
 DEFAULT_N_BATCH = 512
 
 _backend_lock = threading.Lock()
-_context_serials = itertools.count(1)
 _backend_ready = False
+_context_serials = itertools.count(1)  # Model.context_serial
 
 
 def _init_backend() -> None:
