@@ -13,6 +13,7 @@ import pytest
 
 from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.lockstep import record, record_in_lockstep
+from localspec.bench.report import middle_ratio
 from localspec.bench.runner import load_prompts, parse_ks, parse_p_mins, select_prompts
 from localspec.engine.cost_model import StepCosts, draft_length_distribution, expected_tokens_per_step
 from localspec.engine.decode import Decoder
@@ -112,16 +113,27 @@ def test_drafters_none_benches_plain_against_auto_alone(tmp_path, tiny):
 
 def test_lockstep_benches_plain_and_auto_a_token_each_in_turn(tmp_path, tiny):
     out = tmp_path / "bench.json"
-    result = bench(tmp_path, tiny, "--drafters", "none", "--lockstep", "--only", "fresh-chat-sky,code-edit-rename", "--json", str(out),
-                   charts=False)
+    result = bench(tmp_path, tiny, "--drafters", "none", "--lockstep", "--rounds", "2", "--only", "fresh-chat-sky,code-edit-rename",
+                   "--json", str(out), charts=False)
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
     assert data["lockstep"] and "plain and auto in lockstep" in result.stdout
+    assert "(in lockstep the median is each context's median round, their geometric mean)" in result.stdout
     runs = data["measurements"]
-    assert len(runs) == 4 and all(m["departs_at"] is None and m["stats"]["predicted_n"] == len(m["tokens"]) > 0 for m in runs)
+    assert len(runs) == 8 and all(m["departs_at"] is None and m["stats"]["predicted_n"] == len(m["tokens"]) > 0 for m in runs)
     # Fixed drafters would need a context each: refused before the pair loads, with what to do.
     refused = bench(tmp_path, tiny, "--drafters", "ngram", "--lockstep")
     assert refused.returncode == 2 and "add --drafters none" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_lockstep_rounds_weigh_each_context_alike():
+    """A context 1.2% faster than the other, auto on it in rounds 1 and 3: the plain median takes that side, the
+    lockstep median cancels it."""
+    true, faster = 0.99, 1.012
+    rounds = [true * faster, true / faster, true * faster]
+    assert middle_ratio(rounds, lockstep=True) == pytest.approx(true)
+    assert middle_ratio(rounds, lockstep=False) == pytest.approx(true * faster)
+    assert middle_ratio([0.97], lockstep=True) == 0.97
 
 
 class _Logged(Decoder):
