@@ -1,17 +1,13 @@
 """auto's policy, for one sequence and for a batch of slots: each slot's drafter and K for the next step.
 
-A slot's draft tokens join a target pass that the other slots' tokens already
-make, so they cost the marginal cost of a bigger batch (verify(n + k) - verify(n));
-the draft model's passes are shared the same way, one per draft position for
-every slot drafting that deep. The planner picks, for the slots asking auto,
-the choice (plain, each K of lookup and of the draft model, the best hybrid)
-that maximises the batch's expected tokens over its expected time, one slot at a
-time given the others (coordinate ascent) from plain decoding or from every slot
-drafting at once, so speculation that does not pay is not chosen; an ask of the
-draft model that its own evidence does not vouch for, or of a losing one, is a
-try the exploration budget must pay for first. With one slot this is auto's
-choice for a lone answer. Acceptance is learned across slots and requests; each
-slot keeps its own answer's belief (belief.py).
+A slot's draft tokens join a target pass that the other slots' tokens already make, so they cost the marginal cost of
+a bigger batch (verify(n + k) - verify(n)); the draft model's passes are shared the same way, one per draft position
+for every slot drafting that deep. The planner picks, for the slots asking auto, the choice (plain, each K of lookup
+and of the draft model, the best hybrid) that maximises the batch's expected tokens over its expected time, one slot
+at a time given the others (coordinate ascent) from plain decoding or from every slot drafting at once, so speculation
+that does not pay is not chosen; an ask of the draft model that its own evidence does not vouch for, or of a losing
+one, is a try the exploration budget must pay for first. With one slot this is auto's choice for a lone answer.
+Acceptance is learned across slots and requests; each slot keeps its own answer's belief (belief.py).
 """
 
 from __future__ import annotations
@@ -116,7 +112,7 @@ class Planner:
         if len(slots) == 1 and not slots[0].lookup.tokens and not self._model_may_win(slots[0]):
             self.exploration.accrue(self.step_ms([PLAIN], slots))  # as _maybe_explore would, which could find no try to take
             return [PLAIN]
-        candidates = {i: self._candidates(slots[i]) for i in auto}
+        candidates = {i: self._candidates(slots[i], alone=len(slots) == 1) for i in auto}
         choices, best_rate = self._ascend(slots, auto, candidates)
         if any(choice.model_k for choice in choices):
             without, without_rate = self._ascend(slots, auto, {i: [c for c in found if not c.model_k] for i, found in candidates.items()})
@@ -226,13 +222,17 @@ class Planner:
         """A model's expected accepted tokens among its first 0..k, in the class of the slot's confidence."""
         return source.acceptance[options.belief.confidence.class_index].prefix_curves(k)[0]
 
-    def _candidates(self, options: SlotOptions) -> list[Choice]:
+    def _candidates(self, options: SlotOptions, alone: bool = False) -> list[Choice]:
         """Plain, each K of lookup and of the draft model, and the hybrid (j, m) that is best as a step of its own (one
-        candidate, not all j x m: the ascent weighs it in the batch like the others)."""
+        candidate, not all j x m: the ascent weighs it in the batch like the others); `alone`, a lone slot's: of lookup,
+        only the K its ascent would keep (_lone_lookup)."""
         found = [PLAIN]
         lookup_expected, lookup_survive = self._lookup_curves(options)
         n_lookup = len(lookup_expected) - 1
-        found += [Choice(Source.NGRAM, k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
+        if alone:
+            found += self._lone_lookup(options, lookup_expected)
+        else:
+            found += [Choice(Source.NGRAM, k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         for source in self.sources:
             model_k = min(options.cap, source.k_max)
             model_expected = self._model_curve(options, model_k, source)
@@ -248,6 +248,16 @@ class Planner:
                 found.append(Choice(Source.HYBRID, j + m, hybrid.tokens, lookup_k=j,
                                     vouched=1 + lookup_expected[j] + lookup_survive[j] * vouched[m]))
         return found
+
+    def _lone_lookup(self, options: SlotOptions, expected: list[float]) -> list[Choice]:
+        """The lookup K a lone slot's ascent keeps, priced as _lone_step_ms prices it but without a Choice per K: a run of 32
+        tokens made 32 a step, and with their pricing took about 150 µs of a 2-core CPU's step."""
+        best_rate, best_k = 1 / self._lone_step_ms(PLAIN, options, spread=True), 0
+        for k in range(1, len(expected)):
+            rate = (1 + expected[k]) / self._target_step_ms(k + 1)
+            if rate > best_rate * (1 + 1e-9):
+                best_rate, best_k = rate, k
+        return [Choice(Source.NGRAM, best_k, 1 + expected[best_k])] if best_k else []
 
     def _lookup_curves(self, options: SlotOptions) -> tuple[list[float], list[float]]:
         """prefix_curves of the slot's lookup run, as far as its cap (and its answer's budget for thin bets) lets it draft
@@ -267,7 +277,7 @@ class Planner:
         if len(choices) == 1:
             return self._lone_step_ms(choices[0], slots[0], spread)
         n_verify = sum(choice.k + 1 for choice in choices)
-        ms = self.overhead_ms + self.costs.verify(n_verify) + SWITCH_LEGS * self.costs.target.switch(self.last_verify, n_verify)
+        ms = self._target_step_ms(n_verify)
         for source in self.sources:
             drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k and self.source_of(choice) is source]
             if not drafting:
@@ -299,7 +309,7 @@ class Planner:
     def _lone_step_ms(self, choice: Choice, options: SlotOptions, spread: bool) -> float:
         """step_ms for a batch of one slot, in a few operations: auto prices a dozen candidates every step, and those of
         the draft model share their catch-up (kept for the plan in _drafting_ms)."""
-        ms = self.overhead_ms + self.costs.verify(choice.k + 1) + SWITCH_LEGS * self.costs.target.switch(self.last_verify, choice.k + 1)
+        ms = self._target_step_ms(choice.k + 1)
         if choice.model_k:
             source = self.source_of(choice)
             pending = options.pending_for(source.source)
@@ -317,6 +327,10 @@ class Planner:
             catch_up, per_token, back = self._drafting_ms[key]
             ms += catch_up + (choice.model_k - 1) * per_token + (back if choice.model_k > 1 else 0.0)
         return ms
+
+    def _target_step_ms(self, n_verify: int) -> float:
+        """A step's time besides its drafting passes: its overhead, a target pass of n_verify tokens and its change of size."""
+        return self.overhead_ms + self.costs.verify(n_verify) + SWITCH_LEGS * self.costs.target.switch(self.last_verify, n_verify)
 
     def _maybe_explore(self, choices: list[Choice], slots: Sequence[SlotOptions], auto: list[int], best_rate: float) -> list[Choice]:
         """Now and then, let the draft model draft one slot when it is losing, so that it can win back (it costs a
