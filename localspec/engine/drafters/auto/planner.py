@@ -250,8 +250,8 @@ class Planner:
         return found
 
     def _lone_lookup(self, options: SlotOptions, expected: list[float]) -> list[Choice]:
-        """The lookup K a lone slot's ascent keeps, priced as _lone_step_ms prices it but without a Choice per K: a run of 32
-        tokens made 32 a step, and with their pricing took about 150 µs of a 2-core CPU's step."""
+        """The lookup K a lone slot's ascent keeps, found by the ascent's own comparisons in its order and priced as
+        _lone_step_ms prices it, without a Choice for every K (a run of 32 tokens made 32 of them every step)."""
         best_rate, best_k = 1 / self._lone_step_ms(PLAIN, options, spread=True), 0
         for k in range(1, len(expected)):
             rate = (1 + expected[k]) / self._target_step_ms(k + 1)
