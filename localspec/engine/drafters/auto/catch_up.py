@@ -9,6 +9,7 @@ lookup's share of recent steps leaves it (a new answer starts at NEW_ANSWER_LOOK
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from localspec.engine.pass_costs import PassCosts
@@ -72,3 +73,10 @@ def catch_up_price(draft: PassCosts, missed: int, spread: float, then: int = 0) 
     lookup tokens), as decide() weighs it: one token's pass, plus the rest of the batch spread over `spread` asks."""
     first = draft.cost(1 + then)
     return first + (draft.cost(max(1, missed) + then) - first) / spread
+
+
+def batch_share(missed: Sequence[int], spreads: Sequence[float]) -> float:
+    """Several slots' catch-ups read in one batch: the share of that batch a step is charged, each slot's `missed` tokens
+    spread over its own `spreads` asks (1 where none missed)."""
+    total = sum(missed)
+    return sum(n / spread for n, spread in zip(missed, spreads)) / total if total else 1.0

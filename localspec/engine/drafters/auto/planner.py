@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from localspec.engine.drafters.auto.acceptance import prefix_curves
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.belief import SequenceBelief
+from localspec.engine.drafters.auto.catch_up import batch_share
 from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
@@ -40,6 +41,11 @@ class SlotOptions:
 
     def pending_for(self, source: Source) -> int:
         return self.pending if isinstance(self.pending, int) else self.pending.get(source, 0)
+
+
+def _beats(rate: float, best: float) -> bool:
+    """A choice replaces the best so far only by more than rounding: among equals the earlier (plainer) one stays."""
+    return rate > best * (1 + 1e-9)
 
 
 class Planner:
@@ -117,7 +123,7 @@ class Planner:
         if any(choice.model_k for choice in choices):
             without, without_rate = self._ascend(slots, auto, {i: [c for c in found if not c.model_k] for i, found in candidates.items()})
             vouched_rate = sum(choice.vouched_tokens for choice in choices) / self.step_ms(choices, slots, spread=True)
-            if vouched_rate > without_rate * (1 + 1e-9):
+            if _beats(vouched_rate, without_rate):
                 return choices
             worst_tokens = sum(1.0 if choice.model_k else choice.predicted for choice in choices)
             if self.exploration.afford(self.step_ms(choices, slots) - worst_tokens / without_rate):
@@ -162,7 +168,7 @@ class Planner:
                     else:
                         trial = [*choices[:i], candidate, *choices[i + 1 :]]
                         rate = self._rate(trial, slots)
-                    if rate > best_rate * (1 + 1e-9):
+                    if _beats(rate, best_rate):
                         choices, best_rate, changed = trial, rate, True
             if not changed:
                 break
@@ -206,7 +212,7 @@ class Planner:
         for m, (gain, _) in enumerate(gains, start=1):
             gained += gain
             rate = (predicted + gained) / (step_ms + self.costs.verify(n_verify + m) - self.costs.verify(n_verify))
-            if rate > best_rate * (1 + 1e-9):
+            if _beats(rate, best_rate):
                 best_m, best_rate = m, rate
         if not best_m:
             return choices, best_rate
@@ -255,7 +261,7 @@ class Planner:
         best_rate, best_k = 1 / self._lone_step_ms(PLAIN, options, spread=True), 0
         for k in range(1, len(expected)):
             rate = (1 + expected[k]) / self._target_step_ms(k + 1)
-            if rate > best_rate * (1 + 1e-9):
+            if _beats(rate, best_rate):
                 best_rate, best_k = rate, k
         return [Choice(Source.NGRAM, best_k, 1 + expected[best_k])] if best_k else []
 
@@ -282,13 +288,12 @@ class Planner:
             drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k and self.source_of(choice) is source]
             if not drafting:
                 continue
+            # how many slots draft each position (reach[d]: position d, from 0)
+            reach = [sum(1 for choice, _ in drafting if choice.model_k > depth) for depth in range(max(c.model_k for c, _ in drafting))]
+            spreads = [options.belief.resume_runs.expected for _, options in drafting]
             if source.chained_heads:
                 queued = [options.pending_for(source.source) for _, options in drafting]
-                n_queued: int = sum(queued)
-                share = (sum(n / options.belief.resume_runs.expected for n, (_, options) in zip(queued, drafting)) / n_queued
-                         if spread and n_queued else 1.0)
-                reach = [sum(1 for choice, _ in drafting if choice.model_k > depth) for depth in range(max(c.model_k for c, _ in drafting))]
-                ms += source.chained_ms(n_queued, reach, share)
+                ms += source.chained_ms(sum(queued), reach, batch_share(queued, spreads) if spread else 1.0)
                 continue
             # The first pass reads, for each drafting slot, what it has not seen (at least its last token) and a hybrid's
             # lookup tokens; it gives each one's first draft token.
@@ -296,13 +301,9 @@ class Planner:
             pending = [max(1, options.pending_for(source.source)) for _, options in drafting]
             n_whole = sum(n + choice.lookup_k for n, (choice, _) in zip(pending, drafting))
             whole = source.costs.cost(n_whole)
-            missed = [n - 1 for n in pending]
-            share = 1.0
-            n_missed = sum(missed)
-            if spread and n_missed:
-                share = sum(m / options.belief.resume_runs.expected for m, (_, options) in zip(missed, drafting)) / n_missed
+            share = batch_share([n - 1 for n in pending], spreads) if spread else 1.0
             ms += first + (whole - first) * share
-            deeper = [sum(1 for choice, _ in drafting if choice.model_k >= depth) for depth in range(2, max(choice.model_k for choice, _ in drafting) + 1)]
+            deeper = reach[1:]
             ms += sum(source.costs.cost(n) for n in deeper) + source.switches([n_whole, *deeper])
         return ms
 
