@@ -1035,3 +1035,24 @@ def test_an_edit_that_recurs_at_the_same_spot_is_not_drafted_across_once_it_has_
             lost_at.append(position + accepted)
         position += accepted + 1
     assert not [at for at in lost_at if at in edits and at >= 40], (steps, lost_at)
+
+
+def test_a_place_where_the_answer_varies_its_own_repeated_lines_is_not_drafted_across():
+    """Test cases the answer writes itself: each line copies the one before but for its argument, a new value every
+    line, so the pair the copy proposes there (the last line's value) is new each time while the place is not. Once
+    copies have broken there twice, auto drafts each later line up to its argument and not past it."""
+    assert_, call, open_, close, equals, true, end = 10, 11, 12, 13, 14, 15, 16
+
+    def line(i: int) -> list[int]:
+        return [assert_, call, open_, 100 + i, close, equals, true, end]
+
+    answer = [token for i in range(16) for token in line(i)]
+    steps = replay(AutoDrafter(CostTable.given(CPU_VERIFY_MS)), list(range(500, 540)), answer)
+    arguments = {8 * i + 3 for i in range(16)}
+    lost_at, position = [], 0
+    for k, accepted in steps:
+        if accepted < k:
+            lost_at.append(position + accepted)
+        position += accepted + 1
+    assert [at for at in lost_at if at in arguments and at >= 8 * 4] == [], (steps, lost_at)
+    assert sum(accepted for _, accepted in steps) >= 40  # the rest of each line is still drafted

@@ -4,7 +4,10 @@ An edit of code repeats its kind (type hints after each parameter, a rename at e
 token pair (the token before, the token the copy proposes), how often its lookup runs held and broke there. A position
 whose pair broke more often than the answer's runs do on average is judged by the excess (EditedRun), and the rest as
 if those repeated breaks were not among them: without this, a copy was drafted long right up to an edit the answer
-had already made twice. Measurements: the commits that made this module.
+had already made twice. A run copied from the answer's own text is also judged by the place alone (the token before):
+code that repeats its own lines varies them at the same spot with a new value each time (a test's argument, a
+vector's next component), so the pair the copy proposes there is new at every line while the place is not.
+Measurements: the commits that made this module.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class EditPoints:
 
     held: Counter[tuple[int, int]] = field(default_factory=Counter)
     broke: Counter[tuple[int, int]] = field(default_factory=Counter)
+    held_after: Counter[int] = field(default_factory=Counter)  # the same, per place (the token before) alone
+    broke_after: Counter[int] = field(default_factory=Counter)
     breaks: int = 0
     holds: int = 0
     repeated: int = 0  # breaks at a pair that had broken before
@@ -45,12 +50,17 @@ class EditPoints:
     def mean_break(self) -> float:
         return (self.breaks + MEAN_WEIGHT * MEAN_PRIOR) / (self.breaks + self.holds + MEAN_WEIGHT)
 
-    def judge(self, run: Sequence[int]) -> EditedRun:
+    def judge(self, run: Sequence[int], own: bool = False) -> EditedRun:
+        """`run`'s positions by where this answer's runs broke; `own`: a run copied from the answer's own text, judged by
+        its places too (module docstring)."""
         mean, hazards, previous = self.mean_break(), [], self.last
         for token in run:
             pair = (previous, token)
             broke, held = self.broke[pair], self.held[pair]
             chance = (broke + PAIR_WEIGHT * mean) / (broke + held + PAIR_WEIGHT)
+            if own:
+                broke, held = self.broke_after[previous], self.held_after[previous]
+                chance = max(chance, (broke + PAIR_WEIGHT * mean) / (broke + held + PAIR_WEIGHT))
             hazards.append(max(0.0, (chance - mean) / (1 - mean)))
             previous = token
         return EditedRun(hazards, self.repeated / (self.breaks + 1))
@@ -67,9 +77,11 @@ class EditPoints:
             if token != proposed:
                 self.repeated += self.broke[pair] > 0
                 self.broke[pair] += 1
+                self.broke_after[previous] += 1
                 self.breaks += 1
                 break
             self.held[pair] += 1
+            self.held_after[previous] += 1
             self.holds += 1
             previous = token
         self._watched = []

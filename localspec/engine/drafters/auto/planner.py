@@ -271,7 +271,7 @@ class Planner:
         lookup, belief = options.lookup, options.belief
         k = belief.lookup_cap(self.costs, lookup.match_length, min(options.cap, len(lookup.tokens)))
         return self.lookup_acceptance.prefix_curves(lookup.match_length, k, belief.confidence.unsure, lookup.own, belief.copy_effect,
-                                                    belief.edit_points.judge(lookup.tokens[:k]))
+                                                    belief.edit_points.judge(lookup.tokens[:k], lookup.own))
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
         return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots, spread=True)
