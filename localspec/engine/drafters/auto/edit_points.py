@@ -39,8 +39,8 @@ class EditPoints:
 
     held: Counter[tuple[int, int]] = field(default_factory=Counter)
     broke: Counter[tuple[int, int]] = field(default_factory=Counter)
-    held_after: Counter[int] = field(default_factory=Counter)  # the same, per place (the token before) alone
-    broke_after: Counter[int] = field(default_factory=Counter)
+    place_held: Counter[int] = field(default_factory=Counter)  # the same per place alone (the token before)
+    place_broke: Counter[int] = field(default_factory=Counter)
     breaks: int = 0
     holds: int = 0
     repeated: int = 0  # breaks at a pair that had broken before
@@ -59,7 +59,7 @@ class EditPoints:
             broke, held = self.broke[pair], self.held[pair]
             chance = (broke + PAIR_WEIGHT * mean) / (broke + held + PAIR_WEIGHT)
             if own:
-                broke, held = self.broke_after[previous], self.held_after[previous]
+                broke, held = self.place_broke[previous], self.place_held[previous]
                 chance = max(chance, (broke + PAIR_WEIGHT * mean) / (broke + held + PAIR_WEIGHT))
             hazards.append(max(0.0, (chance - mean) / (1 - mean)))
             previous = token
@@ -77,11 +77,11 @@ class EditPoints:
             if token != proposed:
                 self.repeated += self.broke[pair] > 0
                 self.broke[pair] += 1
-                self.broke_after[previous] += 1
+                self.place_broke[previous] += 1
                 self.breaks += 1
                 break
             self.held[pair] += 1
-            self.held_after[previous] += 1
+            self.place_held[previous] += 1
             self.holds += 1
             previous = token
         self._watched = []
