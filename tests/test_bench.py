@@ -73,6 +73,10 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
     assert set(data["lookup_ceiling"]) == {p.id for p in prompts}
     assert all(c["ratio"] > 1.0 - 1e-9 and c["tokens"] == 24 for c in data["lookup_ceiling"].values()), data["lookup_ceiling"]
     assert "the target's verify cost by batch size" in result.stdout and data["verify_ms"]["1"] > 0
+    passes = data["verify_passes"]  # what taught each size: a size auto never ran shows its calibration's few passes
+    assert set(passes) == set(data["verify_ms"]) and min(passes.values()) >= 1
+    one_token = round(passes["1"])
+    assert re.search(rf"\b1: \d+ ms \(1\.00×, {one_token} pass{'' if one_token == 1 else 'es'}\)", result.stdout)
     assert "auto × plain per prompt: all rounds together, the median round and the range; the lookup ceiling, and the median's share of it" in result.stdout
     assert re.search(r"ceiling \d+\.\d\d, median ÷ ceiling \d+\.\d\d", result.stdout)
     for chart in ("bench-speed.png", "bench-acceptance.png"):
@@ -371,3 +375,4 @@ def test_a_figure_its_own_measurements_contradict_is_flagged(capsys):
     assert "ceiling 1.56" not in busy  # priced with the contradicted table: withheld
     quiet = report(4.9, {1: 70.0, 3: 150.0})
     assert "!" not in quiet and "ceiling 1.56" in quiet
+    assert "1: 70 ms (1.00×), 3: 150 ms (2.14×)" in quiet  # a result saved without the counts of passes

@@ -83,6 +83,7 @@ def as_json(result: BenchResult) -> dict[str, object]:
         "reference": [asdict(r) for r in result.reference],
         "reference_error": result.reference_error,
         "verify_ms": result.verify_ms,
+        "verify_passes": result.verify_passes,
         "lookup_ceiling": {prompt_id: asdict(c) | {"ratio": c.ratio} for prompt_id, c in result.ceilings.items()},
         "interrupted": result.interrupted,
     }

@@ -196,9 +196,16 @@ def _print_auto(result: BenchResult, costs_doubted: bool) -> None:
         print(f"  tokens per step: predicted {predicted:.2f}, got {stats.tokens_per_step:.2f}")
     if result.verify_ms and 1 in result.verify_ms:
         one = result.verify_ms[1]
-        print("  the target's verify cost by batch size (auto's table, calibrated at load and kept current)"
-              + (f" {MARK} contradicts itself, see the end:" if costs_doubted else ":"))
-        print("  " + ", ".join(f"{n}: {ms:.0f} ms ({ms / one:.2f}×)" for n, ms in result.verify_ms.items()))
+        print("  the target's verify cost by batch size (auto's table: timed at load, then learned from the passes auto ran, so a "
+              "size it never ran keeps what its few passes showed)" + (f" {MARK} contradicts itself, see the end:" if costs_doubted else ":"))
+        print("  " + ", ".join(f"{n}: {ms:.0f} ms ({ms / one:.2f}×{_passes(result.verify_passes.get(n))})" for n, ms in result.verify_ms.items()))
+
+
+def _passes(count: float | None) -> str:
+    """How many passes taught a size's cost (a result saved before the counts were kept has none)."""
+    if count is None:
+        return ""
+    return f", {count:.0f} pass" + ("" if round(count) == 1 else "es")
 
 
 def _print_verification(result: BenchResult) -> None:

@@ -108,6 +108,7 @@ class BenchResult:
     machine: dict[str, object] = field(default_factory=dict)
     ceilings: dict[str, Ceiling] = field(default_factory=dict)  # prompt id -> prompt lookup with foresight (greedy runs)
     verify_ms: dict[int, float] = field(default_factory=dict)  # auto's table at the end: target ms per batch size
+    verify_passes: dict[int, float] = field(default_factory=dict)  # the passes that taught each size, calibration included
     rounds: int = 1
     lockstep: bool = False  # plain decoding and auto ran a token each in turn (lockstep.py)
     interrupted: bool = False  # Ctrl-C: only the prompts that finished every mode are kept

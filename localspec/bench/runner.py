@@ -196,6 +196,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
         costs = engine.decoder(registry.ADAPTIVE).drafter.costs
         if costs is not None:
             result.verify_ms = dict(sorted(costs.target.ms.items()))
+            result.verify_passes = dict(sorted(costs.target.observations.items()))
     if result.measurements:
         print_report(result)
     save_outputs(args, result)
