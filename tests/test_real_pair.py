@@ -124,3 +124,25 @@ def test_a_rename_in_real_tokens_is_drafted_after_its_first_use(engine):
         drafter.advance([token])
     first_use = answer.index(tokenize(" count")[0])
     assert missed and max(missed) <= first_use + 1  # the first use, the guess past it at most; then the copy holds
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "hybrid", "hierarchical", "auto"])
+def test_a_lookup_run_ends_at_the_end_of_generation_token_the_answer_would_stop_at(engine, drafter):
+    """A second turn that repeats the first answer copies it from the prompt; the copy there goes on past `<|im_end|>`
+    into the chat template's next turn, tokens no answer can contain. The run ends at that token, which may itself be
+    accepted (the answer then ends)."""
+    answer = "print('hello')"
+    prompt = chat_prompt_tokens(engine.target, [Message("user", "Say hello in Python."), Message("assistant", answer),
+                                                Message("user", "Say it again, exactly.")])
+    lookups = engine.drafter(drafter).lookups
+    lookups[0].start(prompt)
+    written = engine.target.vocab.tokenize(answer, add_special=False)
+    lookups[0].advance(written[:3])
+    run = lookups[0].lookup(32).tokens
+    end = engine.target.vocab.tokenize("<|im_end|>", add_special=False)
+    assert len(end) == 1 and engine.target.vocab.is_eog(end[0])
+    assert run == [*written[3:], end[0]]  # the answer's rest and its end, nothing of the next turn
+    unbounded = PromptLookup()  # without the target's end tokens, the same copy runs on into the next turn
+    unbounded.start(prompt)
+    unbounded.advance(written[:3])
+    assert unbounded.lookup(32).tokens[: len(run) + 1] == [*run, engine.target.vocab.tokenize("\n", add_special=False)[0]]

@@ -139,7 +139,7 @@ def _decoders(engine: Engine) -> dict[str, Decoder]:
     assert costs is not None  # auto measures its costs
     # The one difference: lookup without a memory sees each request's own text only. One cost table, measured once.
     model = ModelDrafter(engine.draft, lazy_start=True) if engine.draft is not None else None
-    forgetful = AutoDrafter(costs, model, lookups=Lookups(remember=False))
+    forgetful = AutoDrafter(costs, model, lookups=Lookups(remember=False, ends_answer=engine.target.vocab.is_eog))
     return {"plain": engine.plain, "auto": auto, "auto, no memory": Decoder(engine.target, forgetful)}
 
 

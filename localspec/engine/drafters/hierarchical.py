@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
+from localspec.engine.drafters.ngram import Lookups
 
 
 class HierarchicalDrafter(LookupModelDrafter):
@@ -27,4 +28,4 @@ class HierarchicalDrafter(LookupModelDrafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    return HierarchicalDrafter(ModelDrafter(sources.draft_model()))
+    return HierarchicalDrafter(ModelDrafter(sources.draft_model()), Lookups(remember=False, ends_answer=sources.target.vocab.is_eog))

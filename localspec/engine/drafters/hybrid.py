@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, one_hot
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
+from localspec.engine.drafters.ngram import Lookups
 
 
 class HybridDrafter(LookupModelDrafter):
@@ -36,4 +37,4 @@ class HybridDrafter(LookupModelDrafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    return HybridDrafter(ModelDrafter(sources.draft_model()))
+    return HybridDrafter(ModelDrafter(sources.draft_model()), Lookups(remember=False, ends_answer=sources.target.vocab.is_eog))

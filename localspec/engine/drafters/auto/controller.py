@@ -218,6 +218,7 @@ def build(sources: DraftSources) -> Drafter:
         head = Eagle3Drafter(sources.target, sources.eagle3)
     elif mtp_layers(sources.target):
         head = MtpDrafter(sources.target)
+    lookups = Lookups(ends_answer=sources.target.vocab.is_eog)
     costs_file = None
     if sources.batch_costs is not None:
         costs = sources.batch_costs
@@ -228,11 +229,11 @@ def build(sources: DraftSources) -> Drafter:
     if head is not None and sources.draft is None:
         if not costs.has_draft:  # the head drafts alone: its passes, timed as a draft model's are
             costs.draft = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
-        return AutoDrafter(costs, head, costs_file=costs_file)
+        return AutoDrafter(costs, head, lookups, costs_file=costs_file)
     draft: ModelDrafter | BridgedDrafter | None = None
     if sources.draft is not None:  # a draft of another tokenizer drafts through text, priced as the draft model it is
         draft = (BridgedDrafter(sources.target, sources.draft, lazy_start=True) if sources.tokenizers_differ
                  else ModelDrafter(sources.draft, lazy_start=True))
     if head is not None and costs.head is None:  # beside the draft model: its own table, timed at each load
         costs.head = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
-    return AutoDrafter(costs, draft, costs_file=costs_file, head=head)
+    return AutoDrafter(costs, draft, lookups, costs_file=costs_file, head=head)
