@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 # Bumped when the table's meaning changes: older files are then ignored. 2: a draft token's cost includes its ask's sampling.
 # 3: the draft's passes have their own costs by size. 4: no size's first pass is timed (a GPU's tables priced its batches
 # at their one-off costs, and auto kept them). 5: a size's cost is that of a pass after one of its size; a change of
-# size is priced apart (engine/pass_costs.py).
-FORMAT = 5
+# size is priced apart (engine/pass_costs.py). 6: a calibrated size's sample is the faster pass of its pair (one slowed
+# pass priced a size auto then never ran, for good).
+FORMAT = 6
 
 
 def _file_identity(model: Model) -> str:
