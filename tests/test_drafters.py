@@ -1017,6 +1017,16 @@ def test_a_pair_where_the_answer_broke_a_copy_is_expected_to_break_again_until_i
     assert points.judge([5, 6]).hazards[1] <= FLAGGED
 
 
+def lost_positions(steps: list[tuple[int, int]]) -> list[int]:
+    """The answer positions where a replay's drafts (K, accepted) lost a token."""
+    lost_at, position = [], 0
+    for k, accepted in steps:
+        if accepted < k:
+            lost_at.append(position + accepted)
+        position += accepted + 1
+    return lost_at
+
+
 def test_an_edit_that_recurs_at_the_same_spot_is_not_drafted_across_once_it_has_broken_there():
     """Type hints: each signature's copy breaks after its first parameter, where the answer inserts the annotation. Once
     that pair has broken a copy twice, auto drafts each later copy up to it and not past it (on a CPU a lost draft costs)."""
@@ -1029,11 +1039,7 @@ def test_an_edit_that_recurs_at_the_same_spot_is_not_drafted_across_once_it_has_
     answer = [token for i in range(8) for token in function(i, True)]
     steps = replay(AutoDrafter(CostTable.given(CPU_VERIFY_MS)), source, answer)
     edits = {20 * i + 4 for i in range(8)}  # where each annotation is written
-    lost_at, position = [], 0
-    for k, accepted in steps:
-        if accepted < k:
-            lost_at.append(position + accepted)
-        position += accepted + 1
+    lost_at = lost_positions(steps)
     assert not [at for at in lost_at if at in edits and at >= 40], (steps, lost_at)
 
 
@@ -1049,10 +1055,6 @@ def test_a_place_where_the_answer_varies_its_own_repeated_lines_is_not_drafted_a
     answer = [token for i in range(16) for token in line(i)]
     steps = replay(AutoDrafter(CostTable.given(CPU_VERIFY_MS)), list(range(500, 540)), answer)
     arguments = {8 * i + 3 for i in range(16)}
-    lost_at, position = [], 0
-    for k, accepted in steps:
-        if accepted < k:
-            lost_at.append(position + accepted)
-        position += accepted + 1
+    lost_at = lost_positions(steps)
     assert [at for at in lost_at if at in arguments and at >= 8 * 4] == [], (steps, lost_at)
     assert sum(accepted for _, accepted in steps) >= 40  # the rest of each line is still drafted

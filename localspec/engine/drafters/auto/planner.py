@@ -236,7 +236,7 @@ class Planner:
         lookup_expected, lookup_survive = self._lookup_curves(options)
         n_lookup = len(lookup_expected) - 1
         if alone:
-            found += self._lone_lookup(options, lookup_expected)
+            found += self._lone_lookup(lookup_expected)
         else:
             found += [Choice(Source.NGRAM, k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         for source in self.sources:
@@ -255,10 +255,10 @@ class Planner:
                                     vouched=1 + lookup_expected[j] + lookup_survive[j] * vouched[m]))
         return found
 
-    def _lone_lookup(self, options: SlotOptions, expected: list[float]) -> list[Choice]:
+    def _lone_lookup(self, expected: list[float]) -> list[Choice]:
         """The lookup K a lone slot's ascent keeps, found by the ascent's own comparisons in its order and priced as
         _lone_step_ms prices it, without a Choice for every K (a run of 32 tokens made 32 of them every step)."""
-        best_rate, best_k = 1 / self._lone_step_ms(PLAIN, options, spread=True), 0
+        best_rate, best_k = 1 / self._target_step_ms(1), 0  # plain decoding's
         for k in range(1, len(expected)):
             rate = (1 + expected[k]) / self._target_step_ms(k + 1)
             if _beats(rate, best_rate):
