@@ -94,11 +94,12 @@ class Planner:
     def start_answer(self) -> None:
         """A request starts: what earlier answers taught of each model (CARRIED_ASKS) and of lookup's runs (CARRIED_RUNS)
         stays a belief this one soon outweighs; whether lookup's guesses past an edit pay is the new answer's own (it
-        renames, or rewrites freely)."""
+        renames, or rewrites freely); the exploration budget counts what each answer earns."""
         for source in self.sources:
             source.acceptance.carry_over(CARRIED_ASKS)
         self.lookup_acceptance.carry_over(CARRIED_RUNS)
         self.lookup_acceptance.forget_guesses()
+        self.exploration.new_answer()
 
     # --- choosing ---------------------------------------------------------------------
 
@@ -343,7 +344,7 @@ class Planner:
         if not self.sources or any(c.model_k for c in choices):
             return choices
         self.exploration.accrue(self.step_ms(choices, slots))
-        if self.exploration.saved_ms < min(source.costs.cost(1) for source in self.sources):  # no try loses less than a draft pass
+        if self.exploration.spendable_ms < min(source.costs.cost(1) for source in self.sources):  # no try loses less than a draft pass
             return choices
         for i in auto:
             hoped = prefix_curves([slots[i].belief.confidence.hope] * MODEL_K_MAX)[0]
