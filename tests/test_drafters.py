@@ -764,6 +764,17 @@ def test_verify_costs_follow_the_machines_speed_and_learn_rare_sizes_quickly():
     assert costs.verify(1) == pytest.approx(60.0, rel=0.01)
 
 
+def test_past_the_largest_size_timed_a_pass_grows_at_least_as_a_token_adds_on_average():
+    """The real Q4_K_M target's calibration on a 2-core Xeon: 8 and 16 tokens nearly alike. Along their slope 33
+    tokens priced 4.1 one-token passes; a pass of 33 then took 7.5."""
+    lumpy = PassCosts({1: 72.8, 2: 112.0, 4: 112.0, 8: 248.0, 16: 264.0})
+    average = (264.0 - 72.8) / 15
+    assert lumpy.cost(33) == pytest.approx(264.0 + 17 * average) and lumpy.cost(33) > 6 * lumpy.cost(1)
+    assert lumpy.cost(12) == pytest.approx(256.0)  # between sizes timed, still interpolated
+    steep = PassCosts({1: 3.3, 8: 3.5, 16: 5.0})  # a GPU's: flat, then dearer as the batch fills it
+    assert steep.cost(32) == pytest.approx(5.0 + 16 * (5.0 - 3.5) / 8)
+
+
 def test_a_pass_after_another_size_teaches_the_change_not_the_size():
     """llama.cpp reuses a context's graph only for a pass of its last one's size: on a GPU a change cost 2-3 ms beside
     3.7 ms a token, and learned into the sizes' costs it made every K but the last look dear."""

@@ -68,7 +68,11 @@ class PassCosts:
     _asked: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def cost(self, n: int) -> float:
-        """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes."""
+        """Measured where known; otherwise interpolated (or extended along the last slope) from the nearest sizes. Past
+        the largest size, along the mean slope from the smallest where that is steeper: a CPU's kernels make costs
+        lumpy, and the last two sizes timed can lie nearly flat (the real Q4_K_M target: 8 tokens at 3.41 one-token
+        passes, 16 at 3.63), which priced 33 tokens at 4.1 where they cost 6.8-7.5; a new user's first code edits then
+        bet runs of 32 and lost a quarter of their speed."""
         known = self._asked.get(n)
         if known is None:
             known = self._asked[n] = self._cost(n)
@@ -89,6 +93,8 @@ class PassCosts:
         beyond = i == len(sizes)
         a, b = (sizes[-2], sizes[-1]) if beyond else (sizes[0], sizes[1])
         slope = (self.ms[b] - self.ms[a]) / (b - a)
+        if beyond:  # past the largest size, a pass grows at least as a token adds on average (docstring)
+            slope = max(slope, (self.ms[b] - self.ms[sizes[0]]) / (b - sizes[0]))
         edge = b if beyond else a
         return max(1e-3, self.ms[edge] + slope * (n - edge))
 
