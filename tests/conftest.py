@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,6 +91,12 @@ def run(decoder: Decoder, prompt: list[int], config: GenerationConfig, cancel=No
             finished = event
     assert isinstance(finished, Finished)
     return Run([e.token for e in events if e.token >= 0], events, finished)
+
+
+def hears_ctrl_c() -> None:
+    """A subprocess's preexec_fn where a test sends it SIGINT: a child of a background job (`cmd &` in a script) starts
+    with SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so the signal would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ from localspec.engine.errors import EngineError
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
 from localspec.errors import UsageError
-from tests.conftest import cli
+from tests.conftest import cli, hears_ctrl_c
 from tests.lossless import NEAR_TIE_TINY
 
 
@@ -317,16 +317,19 @@ def test_ctrl_c_keeps_the_prompts_that_finished(tmp_path, tiny):
     process = subprocess.Popen(
         [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]), "--max-tokens", "24",
          "--drafters", "model", "--draft-max", "2", "--rounds", "1000", "--json", str(out)],  # far longer than the wait for the signal
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, preexec_fn=hears_ctrl_c)
     assert process.stderr is not None
     n_modes = 3  # plain, model K=2, auto
     seen = ""
-    while f"[{2 * n_modes + 1}/" not in seen:  # two prompts finished, the third under way
-        line = process.stderr.readline()
-        assert line, f"bench ended early: {seen}"
-        seen += line
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=300)
+    try:
+        while f"[{2 * n_modes + 1}/" not in seen:  # two prompts finished, the third under way
+            line = process.stderr.readline()
+            assert line, f"bench ended early: {seen}"
+            seen += line
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        process.kill()  # a bench of a thousand rounds must not outlive a failed test
     assert process.returncode == 130, seen + stderr
     assert "Traceback" not in stderr and "interrupted (Ctrl-C)" in stderr and "Overall" in stdout
     data = json.loads(out.read_text())

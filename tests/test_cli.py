@@ -15,7 +15,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.defaults import AUTO_DRAFT_MAX
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
-from tests.conftest import cli, run
+from tests.conftest import cli, hears_ctrl_c, run
 from tests.lossless import assert_clear_of_ties
 
 
@@ -243,7 +243,7 @@ def test_ctrl_c_during_a_model_load_stops_it_and_exits_130(tmp_path, real_models
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     process = subprocess.Popen([sys.executable, "-m", "localspec", "generate", "--target", str(real_models[0]), "--no-draft",
                                 "--prompt", "Write a long story.", "--max-tokens", "400"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=hears_ctrl_c)
     try:
         while not any(log.stat().st_size for log in (tmp_path / "state").rglob("llama.log")):  # llama.cpp has begun the load
             assert process.poll() is None, "the command ended before its load began"
