@@ -93,8 +93,7 @@ class Planner:
 
     def start_answer(self) -> None:
         """A request starts: what earlier answers taught of each model (CARRIED_ASKS) and of lookup's runs (CARRIED_RUNS)
-        stays a belief this one soon outweighs; whether lookup's guesses past an edit pay is the new answer's own (it
-        renames, or rewrites freely); the exploration budget counts what each answer earns."""
+        stays a belief this one soon outweighs; lookup's guesses past an edit, and what it earns to explore, are its own."""
         for source in self.sources:
             source.acceptance.carry_over(CARRIED_ASKS)
         self.lookup_acceptance.carry_over(CARRIED_RUNS)
