@@ -66,6 +66,15 @@ def test_bad_sampling_value_is_a_clear_error(tiny):
     assert "top-p must be above 0 and at most 1, not 1.5" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_min_p_1_is_taken_and_samples_the_greedy_text(tiny):
+    """Issue 75: --min-p 1.0 was refused; as in llama.cpp it keeps only the most probable token, whatever the temperature."""
+    greedy = cli("generate", "--target", str(tiny["target"]), "--no-draft", "--prompt", "hi", "--max-tokens", "12", "--json")
+    sampled = cli("generate", "--target", str(tiny["target"]), "--no-draft", "--prompt", "hi", "--max-tokens", "12", "--json",
+                  "--temperature", "2", "--top-k", "0", "--min-p", "1.0", "--seed", "5")
+    assert greedy.returncode == sampled.returncode == 0, sampled.stderr
+    assert json.loads(sampled.stdout)["text"] == json.loads(greedy.stdout)["text"]
+
+
 def test_bad_bench_list_is_a_usage_error_with_status_2(tiny):
     result = cli("bench", "--target", str(tiny["target"]), "--draft-max", "1,two")
     assert result.returncode == 2 and "comma-separated integers" in result.stderr and "Traceback" not in result.stderr

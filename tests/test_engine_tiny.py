@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 from localspec.engine import prompt_passes
@@ -15,6 +16,7 @@ from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenSource
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.sampling import SamplingParams, distribution
 from tests.conftest import run
 from tests.lossless import assert_clear_of_ties, assert_lossless
 
@@ -370,3 +372,19 @@ def test_a_pair_auto_ran_before_is_not_timed_again_at_load(tiny, tmp_path):
         known = engine.known_plain_ms()
         assert known is not None and known > 0
         assert plain_baseline_ms(engine, stages.append) == known and stages == []  # nothing timed
+
+
+def test_min_p_1_samples_only_the_top_token(engines):
+    """Issue 75: min-p 1.0 was refused (llama.cpp takes it: only the tokens at the top probability stay). Sampled at a
+    high temperature with any seed, with drafts or not, the answer is then the target's greedy one."""
+    kept = distribution(np.array([0.5, 3.0, 2.9, -1.0], dtype=np.float32), SamplingParams(temperature=1.0, top_k=0, min_p=1.0))
+    assert kept.ids.tolist() == [1] and kept.probs.tolist() == [1.0]
+    engine = engines["near"]
+    prompt = prompt_for(engine, "hello there")
+    greedy = run(engine.plain, prompt, GenerationConfig(max_tokens=24))
+    assert_clear_of_ties(greedy)
+    for seed in range(4):
+        sampling = SamplingParams(temperature=2.0, top_k=0, top_p=1.0, min_p=1.0, seed=seed)
+        sampling.validate()
+        for decoder in (engine.plain, engine.decoder("model")):
+            assert run(decoder, prompt, GenerationConfig(max_tokens=24, sampling=sampling, draft_max=4)).tokens == greedy.tokens, seed

@@ -179,7 +179,19 @@ BAD = [
         {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}).encode(),
      400, "messages.0.content: Value error, a 'image_url' part cannot be read: this server runs a text-only model"),
     ("POST", "/v1/chat/completions", b'{"messages": [{"role": "bogus", "content": "hi"}]}', 400, "messages.0.role: Value error, role 'bogus' is not one of"),
-    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}', 400, "max_tokens = -5: it must be 0 or more"),
+    # Issue 75: 0 got "must be 1 or more" and -5 "must be 0 or more"; both are below OpenAI's minimum of 1
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}', 400, "max_tokens = -5: it must be 1 or more"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}', 400, "max_tokens = 0: it must be 1 or more"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}', 400,
+     "max_completion_tokens = 0: it must be 1 or more"),
+    ("POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 0}', 400, "max_tokens = 0: it must be 1 or more"),
+    # Issue 75: "yes" was read as true; a boolean is a JSON boolean
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}', 400,
+     "stream: Input should be a valid boolean"),
+    ("POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "echo": 1}', 400, "echo: Input should be a valid boolean"),
+    ("POST", "/completion", b'{"prompt": "hi", "n_predict": 2, "stream": "true"}', 400, "stream: Input should be a valid boolean"),
+    ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": true, '
+                                     b'"stream_options": {"include_usage": "yes"}}', 400, "stream_options.include_usage: Input should be a valid boolean"),
     ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "audio": {"voice": "alloy", "format": "wav"}, '
                                      b'"modalities": ["text", "audio"]}', 400, "this server answers in text only"),
     ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "prediction": {"type": "content", "content": "x"}}',
@@ -201,6 +213,17 @@ def test_bad_input_gets_the_openai_error_shape_and_the_server_goes_on(server, me
     if "no room" in words:
         assert body["error"]["type"] == "exceed_context_size_error"
     assert server.request("GET", "/health")[0] == 200 and server.process.poll() is None
+
+
+def test_min_p_1_keeps_only_the_top_token_so_sampling_gives_the_greedy_text(server, tiny):
+    """Issue 75: min_p 1.0 was refused; llama.cpp takes it, and keeps only the tokens at the top probability."""
+    expected = plain_text(tiny["target"], "hello there", 20)
+    for seed in (1, 2, 3):
+        reply = client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=20,
+                                                       temperature=1.5, seed=seed, extra_body={"min_p": 1.0, "top_k": 0})
+        assert reply.choices[0].message.content == expected, seed
+    status, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "min_p": 1.5})
+    assert status == 400 and "min-p must be from 0 to 1, not 1.5" in body["error"]["message"], body
 
 
 def test_penalties_and_logit_bias_act_on_the_target_and_speculation_stays_lossless_against_it(server, tiny):

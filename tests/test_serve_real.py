@@ -86,6 +86,16 @@ def test_infill_answers_the_fields_llama_vim_asks_for(server):
     assert status == 200 and set(answer) == set(fields) and answer["timings/predicted_n"] <= 4, answer
 
 
+def test_a_stop_by_t_max_predict_ms_is_logged_as_such_not_as_a_client_that_left(server):
+    """Issue 75: the time limit's stop read "cancelled (the client left)" in the log, though the client waited for it."""
+    prefix = "def show_numbers():\n    print(1)\n    print(2)\n    print(3)\n    print(4)\n"
+    status, answer = server.request("POST", "/infill", {"input_prefix": prefix, "input_suffix": "\n", "n_predict": 200,
+                                                       "t_max_predict_ms": 1, "temperature": 0})
+    assert status == 200 and answer["tokens_predicted"] < 200 and answer["stop_type"] == "limit", answer
+    line = next(line for line in server.log_text().splitlines() if line.startswith(f"  #{answer['id_task']} infill"))
+    assert line.endswith("stopped: t_max_predict_ms was reached"), line
+
+
 def test_warming_the_cache_spares_the_next_autocomplete_its_prefix(server):
     prefix = "".join(f"def helper_{i}(value):\n    return value * {i}\n\n" for i in range(40)) + "def main():\n    "
     status, warm = server.request("POST", "/infill", {"input_prefix": prefix, "input_suffix": "\n", "n_predict": 0})

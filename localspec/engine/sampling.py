@@ -35,8 +35,8 @@ class SamplingParams:
             raise SamplingSettingsError(f"temperature must be 0 (greedy) or a positive number, not {self.temperature}", "temperature")
         if not 0.0 < self.top_p <= 1.0:
             raise SamplingSettingsError(f"top-p must be above 0 and at most 1, not {self.top_p}", "top-p")
-        if not 0.0 <= self.min_p < 1.0:
-            raise SamplingSettingsError(f"min-p must be at least 0 and below 1, not {self.min_p}", "min-p")
+        if not 0.0 <= self.min_p <= 1.0:  # 1 keeps only the most probable token (ties aside), as llama.cpp's min-p does
+            raise SamplingSettingsError(f"min-p must be from 0 to 1, not {self.min_p}", "min-p")
         if self.top_k < 0:
             raise SamplingSettingsError(f"top-k must be 0 (off) or positive, not {self.top_k}", "top-k")
 

@@ -138,7 +138,7 @@ def _emitter(job: Job, work: GenerationJob) -> Callable[[TokenEvent | Finished],
 
     def emit(event: TokenEvent | Finished) -> None:
         if isinstance(event, Finished):
-            work.on_finish(work.route, event, job.number, job.slot)
+            work.on_finish(work.route, event, job.number, job.slot, deadline.expired)
             job.put(event)
             job.put(END)
             return

@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # annotations only
     from localspec.engine.engine import Engine
 
 PromptBuilder = Callable[[Model], tuple[list[int], bool]]  # the prompt's tokens, and whether it opened <think>
-OnFinish = Callable[[str, Finished, int, int], None]  # route, how it ended, arrival number, slot: counted and logged
+OnFinish = Callable[[str, Finished, int, int, bool], None]  # route, how it ended, arrival number, slot, whether t_max_predict_ms
+# cut it: counted and logged
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,12 @@ class Deadline:
         self._end = self._clock() + limit_ms / 1000 if limit_ms > 0 else None
         self._cancel = cancel
         self._newline_seen = False
+        self.expired = False  # it cut the answer (a cancel the log must not blame on the client)
 
     def check(self, text: str) -> None:
-        if self._end is None:
+        if self._end is None or self.expired:
             return
         self._newline_seen = self._newline_seen or "\n" in text
         if self._newline_seen and self._clock() > self._end:
+            self.expired = True
             self._cancel.set()

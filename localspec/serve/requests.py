@@ -1,5 +1,7 @@
 """The request bodies clients send, read leniently: unknown fields are ignored, never refused.
 
+Booleans are strict (StrictBool): `"stream": "yes"` is a 400 naming the field, not read as true.
+
 llama.cpp takes some options as flat dotted keys ("speculative.n_max": 0) and
 clients also send them nested ({"speculative": {"n_max": 0}}); `option` reads
 either.
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from localspec.errors import UsageError
 
@@ -39,7 +41,7 @@ class SamplingFields(Lenient):
     min_p: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: StrictBool = False
     response_format: Any = None  # OpenAI's; checked by serve/response_format.py, which says what is wrong
     json_schema: Any = None  # llama-server's
     grammar: Any = None  # llama-server's GBNF
@@ -101,16 +103,16 @@ def _call_for_template(call: dict[str, Any]) -> dict[str, Any]:
 
 
 class StreamOptions(Lenient):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 def answer_limit(**given: int | None) -> int | None:
-    """The one length limit an OpenAI request gives (the first of `given` that is set): a negative one is refused, as the
-    command line refuses it (it ran until the end)."""
+    """The one length limit an OpenAI request gives (the first of `given` that is set): below 1 it is refused, 0 and -5
+    alike, as OpenAI refuses them and as the command line refuses --max-tokens 0 (a negative one ran until the end)."""
     for name, value in given.items():
         if value is not None:
-            if value < 0:
-                raise UsageError(f"{name} = {value}: it must be 0 or more. Leave it out to let the answer run until it ends.")
+            if value < 1:
+                raise UsageError(f"{name} = {value}: it must be 1 or more. Leave it out to let the answer run until it ends.")
             return value
     return None
 
@@ -132,7 +134,7 @@ class CompletionRequest(SamplingFields):
     max_tokens: int | None = None
     n_predict: int | None = None  # llama.cpp's name for max_tokens, which its server reads here too
     stream_options: StreamOptions | None = None
-    echo: bool = False  # the prompt's text before the answer's
+    echo: StrictBool = False  # the prompt's text before the answer's
 
 
 class NativeCompletionRequest(SamplingFields):
@@ -163,8 +165,8 @@ class InfillRequest(SamplingFields):
 
 class TokenizeRequest(Lenient):
     content: str
-    add_special: bool = False
-    with_pieces: bool = False
+    add_special: StrictBool = False
+    with_pieces: StrictBool = False
 
 
 class DetokenizeRequest(Lenient):

@@ -74,15 +74,23 @@ class ServerState:
         assert self.engine is not None
         return GenerationJob(self.engine, self.finish, route, drafter, build_prompt, config, time_limit_ms, warm_only)
 
-    def finish(self, route: str, finished: Finished, task: int, slot: int = 0) -> None:
-        """A generation ended: count it, and say it on the terminal (`task`: its arrival number)."""
+    def finish(self, route: str, finished: Finished, task: int, slot: int = 0, timed_out: bool = False) -> None:
+        """A generation ended: count it, and say it on the terminal (`task`: its arrival number; `timed_out`: llama.cpp's
+        t_max_predict_ms cut it)."""
         self.metrics.record(finished.stats)
         self.plain_ms_per_token = updated_plain_ms(self.plain_ms_per_token, finished.stats)
         earlier = self.slot_totals.get(slot)
         self.slot_totals[slot] = GenerationStats.total([earlier, finished.stats] if earlier else [finished.stats])
         self.slot_totals[slot].drafter = finished.stats.drafter
-        cut = finished.reason is StopReason.CANCELLED
-        self.log(route, finished.stats, task, ("cut: the server is stopping" if self.worker.stopping else "cancelled (the client left)") if cut else "")
+        self.log(route, finished.stats, task, self._cut_by(finished, timed_out))
+
+    def _cut_by(self, finished: Finished, timed_out: bool) -> str:
+        """What cancelled a generation, as the log says it ("" where it ended by itself)."""
+        if finished.reason is not StopReason.CANCELLED:
+            return ""
+        if self.worker.stopping:
+            return "cut: the server is stopping"
+        return "stopped: t_max_predict_ms was reached" if timed_out else "cancelled (the client left)"
 
     def finish_reason(self, finished: Finished) -> str:
         """OpenAI's finish_reason; an answer the shutdown cut says so ("abort", vLLM's word), not "stop" as if complete."""
