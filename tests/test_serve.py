@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import numpy as np
 import openai
 import pytest
@@ -333,6 +334,27 @@ def test_the_api_key_is_required_everywhere_but_health(tiny, tmp_path):
         assert server.request("POST", "/tokenize", {"content": "a"}, headers={"X-Api-Key": "sesame"})[0] == 200
         for scheme in ("bearer", "BEARER"):  # issue 57: RFC 7235 schemes are case-insensitive; "bearer K" got 401
             assert server.request("GET", "/v1/models", headers={"Authorization": f"{scheme} sesame"})[0] == 200
+
+
+def test_a_browser_page_on_another_origin_may_call_the_server_with_the_key_still_required(tiny, tmp_path):
+    """Issue 75: a preflight got 405 and no Access-Control-Allow-Origin was sent, so a web page on another origin could
+    not use the server (llama-server answers it). A preflight carries no key; the request itself still needs it."""
+    origin = {"Origin": "http://localhost:5173"}
+    preflight = origin | {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with live_server(tmp_path, "--target", str(tiny["target"]), "--api-key", "sesame") as server, httpx2.Client(base_url=server.url) as http:
+        answer = http.options("/v1/chat/completions", headers=preflight)
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "*", answer.headers
+        assert "POST" in answer.headers["access-control-allow-methods"]
+        assert "authorization" in answer.headers["access-control-allow-headers"].lower()
+        refused = http.post("/v1/chat/completions", json=chat, headers=origin)
+        assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "*"  # the page can read why
+        served = http.post("/v1/chat/completions", json=chat, headers=origin | {"Authorization": "Bearer sesame"})
+        assert served.status_code == 200 and served.headers["access-control-allow-origin"] == "*", served.text
+        assert served.json()["usage"]["completion_tokens"] == 2
+        streamed = http.post("/v1/chat/completions", json=chat | {"stream": True}, headers=origin | {"Authorization": "Bearer sesame"})
+        assert streamed.status_code == 200 and streamed.headers["access-control-allow-origin"] == "*"
+        assert streamed.text.rstrip().endswith("data: [DONE]")
 
 
 def test_listening_beyond_this_machine_needs_a_key(tiny):

@@ -2,7 +2,8 @@
 
 FastAPI and uvicorn are the stack llama-cpp-python's and vLLM's servers use: request
 bodies validated from type hints, streaming responses, and a server that notices a
-client going away (which cancels its generation).
+client going away (which cancels its generation). CORS is open to any origin, as
+llama-server's is, so a web page on another origin can call it (with the key, where one is set).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hmac
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -34,6 +36,9 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_middleware(JsonBodies)
     if state.options.api_key:
         app.add_middleware(ApiKey, key=state.options.api_key)
+    # Outermost (added last): a browser's preflight is answered before the key is asked for, since a preflight carries
+    # none, and a refusal (401) still carries the CORS headers, so the page can read why. Any origin, as llama-server.
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
 
     @app.exception_handler(JobError)
     async def job_failed(_request: Request, exc: JobError) -> JSONResponse:
