@@ -374,6 +374,59 @@ def test_tool_calls_are_parsed_from_each_supported_format():
     assert parse_tool_calls("plain <b>text</b>", names) == ("plain <b>text</b>", [])
 
 
+PARIS, TOKYO = ("get_weather", {"city": "Paris"}), ("get_time", {"zone": "Asia/Tokyo"})
+TWO_TOOLS = frozenset({"get_weather", "get_time"})
+WEATHER_JSON, TIME_JSON = '{"name": "get_weather", "arguments": {"city": "Paris"}}', '{"name": "get_time", "arguments": {"zone": "Asia/Tokyo"}}'
+SEVERAL_CALLS = [  # (the answer as a model wrote it, the content left once the calls are out)
+    (f"<tool_call>\n{WEATHER_JSON}\n</tool_call>\n<tool_call>\n{TIME_JSON}\n</tool_call>", "\n"),  # Qwen's blocks
+    (f"```json\n[\n  {WEATHER_JSON},\n  {TIME_JSON}\n]\n```", ""),  # issue 75: Qwen2.5-Coder's answer with auto
+    (f"I'll call both.\n```json\n[{WEATHER_JSON}, {TIME_JSON}]\n```\nOne moment.", "I'll call both.\n\nOne moment."),
+    (f"```json\n{WEATHER_JSON}\n```\n```json\n{TIME_JSON}\n```", "\n"),
+    (f"```json\n{json.dumps(json.loads(WEATHER_JSON), indent=2)}\n{json.dumps(json.loads(TIME_JSON), indent=2)}\n```", ""),  # issue 75: what auto got
+    (f"[{WEATHER_JSON}, {TIME_JSON}]", ""),
+    (f'<|python_tag|>{WEATHER_JSON.replace("arguments", "parameters")}; {TIME_JSON.replace("arguments", "parameters")}', ""),  # Llama 3.x
+]
+
+
+@pytest.mark.parametrize(("text", "content"), SEVERAL_CALLS)
+def test_several_calls_are_parsed_from_the_formats_real_models_write_whole_and_streamed(text, content):
+    """Issue 75: a fenced JSON list of two calls came back as content with finish_reason "stop"."""
+    from localspec.serve.answer import AnswerShaper
+
+    got_content, calls = parse_tool_calls(text, TWO_TOOLS)
+    assert got_content == content and [(c.name, json.loads(c.arguments)) for c in calls] == [PARIS, TOKYO]
+    shaper = AnswerShaper(reasoning=False, thinking_open=False, tools=TWO_TOOLS)
+    deltas = [shaper.feed(text[i : i + 2]) for i in range(0, len(text), 2)] + [shaper.end()]
+    assert "".join(d.content for d in deltas) == content
+    assert [(c.name, json.loads(c.arguments)) for d in deltas for c in d.calls] == [PARIS, TOKYO]
+    kept, one = parse_tool_calls(text, TWO_TOOLS, parallel=False)  # one call at most: the second stays text, not dropped
+    assert len(one) <= 1 and "get_time" in kept and "get_time" not in [c.name for c in one]
+
+
+def test_json_that_is_not_a_call_to_an_offered_tool_stays_text():
+    for text in (f"```json\n[{WEATHER_JSON}, {{\"name\": \"rm_rf\", \"arguments\": {{}}}}]\n```",  # one names no offered tool
+                 'Config:\n```json\n{"debug": true}\n```', "[1] a list\n", '{"a": "b; c"}', "```json\n{\"name\": \"get_weather\""):
+        assert parse_tool_calls(text, TWO_TOOLS) == (text, []), text
+    content, calls = parse_tool_calls(f"<tool_call>\n{WEATHER_JSON}\n", TWO_TOOLS)  # an answer that stopped at </tool_call>
+    assert content == "" and [c.name for c in calls] == ["get_weather"]
+    cut = f"<tool_call>\n{WEATHER_JSON[:30]}"  # cut by max_tokens: the text it is
+    assert parse_tool_calls(cut, TWO_TOOLS) == (cut, [])
+
+
+def test_a_forced_call_with_parallel_calls_allowed_is_a_list_of_them():
+    from localspec.serve.answer import ForcedCall
+    from localspec.serve.tool_calls import forced_call_schema
+
+    tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in sorted(TWO_TOOLS)]
+    several = forced_call_schema(tools, "required")
+    assert several is not None and several["type"] == "array" and several["minItems"] == 1 and len(several["items"]["anyOf"]) == 2
+    one = forced_call_schema(tools, "required", parallel=False)
+    assert one is not None and "anyOf" in one and "type" not in one
+    forced = ForcedCall()
+    forced.feed(f"[{WEATHER_JSON}, ")
+    assert [(c.name, json.loads(c.arguments)) for c in [*forced.feed(TIME_JSON + "]").calls, *forced.end().calls]] == [PARIS, TOKYO]
+
+
 def test_the_readme_lists_every_route(server):
     from localspec.serve.app import create_app
     from localspec.serve.options import ServeOptions

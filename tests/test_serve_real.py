@@ -148,6 +148,41 @@ def test_a_forced_tool_call_is_made_even_where_the_model_would_chat(server, choi
     assert status == 400 and "which `tools` does not offer" in unknown["error"]["message"]
 
 
+BOTH = [{"role": "user", "content": "What's the weather in Paris and what time is it in Tokyo? Call both tools."}]
+
+
+def _calls(reply: Any, stream: bool) -> tuple[list[tuple[str, dict]], list[str | None]]:
+    """The calls and the finish reasons of a reply, streamed or not."""
+    if stream:
+        chunks = list(reply)
+        calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    else:
+        calls, finish = reply.choices[0].message.tool_calls or [], [reply.choices[0].finish_reason]
+    return [(call.function.name, json.loads(call.function.arguments)) for call in calls], finish
+
+
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_parallel_tool_calls_give_both_calls_and_false_gives_one(server, choice):
+    """Issue 75: asked for both tools with tool_choice "required" and parallel_tool_calls true, one call came back;
+    with auto the two calls came back as a fenced JSON block in `content`, finish_reason "stop"."""
+    for stream in (False, True):
+        reply = api(server).chat.completions.create(model="qwen", messages=BOTH, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice,
+                                                    parallel_tool_calls=True, max_tokens=120, temperature=0, stream=stream)
+        calls, finish = _calls(reply, stream)
+        assert finish == ["tool_calls"] and sorted(name for name, _ in calls) == ["get_time", "get_weather"], (stream, finish, calls)
+        assert dict(calls)["get_weather"] == {"city": "Paris"} and "Tokyo" in dict(calls)["get_time"]["zone"], calls
+    reply = api(server).chat.completions.create(model="qwen", messages=BOTH, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice,
+                                                parallel_tool_calls=False, max_tokens=120, temperature=0)
+    one = reply.choices[0]
+    if choice == "required":  # held by the grammar to one call
+        assert one.finish_reason == "tool_calls" and len(one.message.tool_calls or []) == 1, one
+    else:  # one call at most; what the model wrote beyond it stays in the content, never dropped
+        assert len(one.message.tool_calls or []) <= 1 and "get_time" in (one.message.content or "") + str(one.message.tool_calls), one
+    status, body = server.request("POST", "/v1/chat/completions", {"messages": BOTH, "tools": [WEATHER_TOOL], "parallel_tool_calls": "yes"})
+    assert status == 400 and "parallel_tool_calls: Input should be a valid boolean" in body["error"]["message"], body
+
+
 COUNTING = "Count from 1 to 2000, one number per line.\n1\n2\n3\n4\n5\n"  # a base continuation that runs to the context's end
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from localspec.serve.text_streams import TagSplitter
-from localspec.serve.tool_calls import ToolCall, ToolCallStream, parse_call
+from localspec.serve.tool_calls import ToolCall, ToolCallStream, parse_json_calls
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -29,8 +29,8 @@ class Shaper(Protocol):
 
 
 class ForcedCall:
-    """An answer held to a tool call's schema (tool_choice "required" or a named function): the whole answer is the
-    call, sent once it is complete; an answer cut before its JSON closed (max_tokens) goes out as content."""
+    """An answer held to the calls' schema (tool_choice "required" or a named function): the whole answer is the call,
+    or the list of calls, sent once it is complete; an answer cut before its JSON closed (max_tokens) goes out as content."""
 
     def __init__(self) -> None:
         self._text = ""
@@ -40,16 +40,16 @@ class ForcedCall:
         return Delta()
 
     def end(self) -> Delta:
-        call = parse_call(self._text)
-        return Delta(calls=[call]) if call is not None else Delta(content=self._text)
+        calls = parse_json_calls(self._text)
+        return Delta(calls=calls) if calls else Delta(content=self._text)
 
 
 class AnswerShaper:
-    def __init__(self, reasoning: bool, thinking_open: bool, tools: frozenset[str] | None) -> None:
+    def __init__(self, reasoning: bool, thinking_open: bool, tools: frozenset[str] | None, parallel: bool = True) -> None:
         """`reasoning`: the template knows <think>; `thinking_open`: the prompt already opened it; `tools`: the offered
-        tools' names (None: no tools, so no calls are looked for)."""
+        tools' names (None: no tools, so no calls are looked for); `parallel`: several calls may be made."""
         self._think = TagSplitter(THINK_OPEN, THINK_CLOSE, inside=thinking_open) if reasoning else None
-        self._tools = ToolCallStream(tools) if tools is not None else None
+        self._tools = ToolCallStream(tools, parallel) if tools is not None else None
 
     def feed(self, text: str) -> Delta:
         pieces = self._think.feed(text) if self._think else [("outer", text)]

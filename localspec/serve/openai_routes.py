@@ -21,7 +21,7 @@ from localspec.serve.payloads import localspec_stats, new_id, now, timings, usag
 from localspec.serve.requests import ChatRequest, CompletionRequest, answer_limit
 from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
-from localspec.serve.tool_calls import forced_call_schema
+from localspec.serve.tool_calls import HERMES_CLOSE, forced_call_schema
 from localspec.serve.worker import JobFailed
 
 router = APIRouter()
@@ -50,12 +50,15 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     if body.tool_choice not in (None, "none", "auto") and not body.tools:
         raise UsageError(f"tool_choice {body.tool_choice!r} asks for a tool call, but the request offers no `tools`.")
-    forced = forced_call_schema(tools, body.tool_choice) if tools else None
-    if forced is not None:  # the answer is the call, held to its schema by the JSON-schema grammar
+    parallel = body.parallel_tool_calls is not False
+    forced = forced_call_schema(tools, body.tool_choice, parallel) if tools else None
+    if forced is not None:  # the answer is the calls, held to their schema by the JSON-schema grammar
         if body.response_format is not None or body.json_schema is not None or body.grammar is not None:
             raise UsageError("A forced tool call (tool_choice) already fixes the answer's form: leave out response_format, "
                              "json_schema and grammar.")
         body = body.model_copy(update={"json_schema": forced})
+    elif tools and not parallel:  # one call at most: a Hermes-style answer ends as its first call closes
+        body = body.model_copy(update={"stop": [*body.stop_strings, HERMES_CLOSE]})
     drafter, config = state.generation(body, answer_limit(max_completion_tokens=body.max_completion_tokens, max_tokens=body.max_tokens))
     messages = [message.as_template_dict() for message in body.messages]
     if tools and not supports_tools(engine.target):
@@ -71,7 +74,7 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
     job = state.worker.submit(state.generation_job("chat" + (", streamed" if body.stream else ""), drafter, build, config))
     start, events = await started(job, request, lambda: state.worker.stopping)
     names = frozenset(str((tool.get("function") or {}).get("name", "")) for tool in tools) if tools else None
-    shaper: Shaper = ForcedCall() if forced is not None else AnswerShaper(reasoning, start.thinking_open, names)
+    shaper: Shaper = ForcedCall() if forced is not None else AnswerShaper(reasoning, start.thinking_open, names, parallel)
     reply = _Reply(new_id("chatcmpl"), state.options.alias)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -79,7 +82,7 @@ async def chat_completions(body: ChatRequest, request: Request) -> Any:
     text, finished = await collected(events)
     whole, rest = shaper.feed(text), shaper.end()
     content, reasoning_text, calls = whole.content + rest.content, whole.reasoning + rest.reasoning, whole.calls + rest.calls
-    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
+    message: dict[str, Any] = {"role": "assistant", "content": content if content.strip() or not calls else None}  # not the "\n" between calls
     if reasoning_text:
         message["reasoning_content"] = reasoning_text
     if calls:

@@ -124,6 +124,7 @@ class ChatRequest(SamplingFields):
     stream_options: StreamOptions | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: StrictBool | None = None  # None: true, OpenAI's default
 
 
 class CompletionRequest(SamplingFields):

@@ -3,10 +3,13 @@
 - Qwen2.5 / Qwen3 (Hermes style): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, with any
   text around them as the message's content;
 - Llama 3.x: the whole answer is the call, `{"name": ..., "parameters": {...}}` (optionally after
-  `<|python_tag|>`; several calls separated by `;`).
+  `<|python_tag|>`; several calls separated by `;`), or a JSON list of calls.
 
-Small models often write that JSON inside a ```json fence instead (Qwen2.5-Coder 1.5B does): a whole answer
-that is one fenced call to an offered tool counts as the call. A JSON object naming no offered tool stays text.
+Small models often write that JSON inside a ```json fence instead (Qwen2.5-Coder 1.5B does: one call, a list, or
+two objects a line apart; with text around the fence or not): a fenced block whose JSON is calls to offered tools
+counts as those calls. JSON naming no offered tool stays text. Where the request allows one call only
+(`parallel_tool_calls` false), a block holding several stays text too, and so does any call after the first: no
+call is dropped in silence.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from localspec.serve.text_streams import TagSplitter
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
-JSON_FENCE = "```json"
-BARE_OPENINGS = ("{", PYTHON_TAG, JSON_FENCE)  # answers that may be one bare call: held whole until the end
+JSON_FENCE, FENCE_CLOSE = "```json", "```"
+BARE_OPENINGS = ("{", "[{", PYTHON_TAG)  # answers that may be bare calls: held whole until the end
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,8 @@ class ToolCall:
         return out if index is None else {"index": index, **out}
 
 
-def parse_call(text: str) -> ToolCall | None:
-    """One call from its JSON; None when the text is not one."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
+def _call_of(data: Any) -> ToolCall | None:
+    """One call from its decoded JSON; None when it is not one."""
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
     arguments = data.get("arguments", data.get("parameters", {}))
@@ -49,25 +48,42 @@ def parse_call(text: str) -> ToolCall | None:
 
 
 def parse_json_calls(text: str, names: frozenset[str] | None = None) -> list[ToolCall] | None:
-    """Llama 3.x's format (or a fenced JSON call): the whole text is one call, or several separated by ';';
-    None when it is not, or when a call names no tool in `names` (None: any name)."""
+    """The whole text as calls: one JSON call, a JSON list of them, or several calls one after another (Llama 3.x's `;`
+    between them), the whole optionally in a ```json fence. None when it is not, or when a call names no tool in `names`
+    (None: any name)."""
     body = text.strip().removeprefix(PYTHON_TAG).strip()
-    if body.startswith(JSON_FENCE) and body.endswith("```"):
-        body = body.removeprefix(JSON_FENCE).removesuffix("```").strip()
-    if not body.startswith("{"):
+    if body.startswith(JSON_FENCE) and body.endswith(FENCE_CLOSE) and len(body) >= len(JSON_FENCE) + len(FENCE_CLOSE):
+        body = body[len(JSON_FENCE) : -len(FENCE_CLOSE)].strip()
+    values = _json_values(body) if body.startswith(("{", "[")) else None
+    if values is None:
         return None
-    calls = [parse_call(part) for part in body.split(";") if part.strip()] if ";" in body else [parse_call(body)]
-    if not calls or not all(calls) or (names is not None and any(call.name not in names for call in calls)):  # type: ignore[union-attr]
+    items = values[0] if len(values) == 1 and isinstance(values[0], list) else values
+    calls = [_call_of(item) for item in items]
+    if not calls or any(call is None or (names is not None and call.name not in names) for call in calls):
         return None
     return calls  # type: ignore[return-value]
 
 
-def parse_tool_calls(text: str, names: frozenset[str] | None = None) -> tuple[str, list[ToolCall]]:
+def _json_values(text: str) -> list[Any] | None:
+    """The JSON values `text` holds one after another: one, or several apart by white space, `;` (Llama 3.x's, each may
+    follow `<|python_tag|>`) or `,` (Qwen2.5-Coder writes two objects in one fence, a line apart); None where anything
+    else sits between them."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return None
+        values.append(value)
+        rest = text[at:].lstrip()
+        rest = rest.removeprefix(";").removeprefix(",").lstrip().removeprefix(PYTHON_TAG).lstrip()
+        at = len(text) - len(rest)
+    return values
+
+
+def parse_tool_calls(text: str, names: frozenset[str] | None = None, parallel: bool = True) -> tuple[str, list[ToolCall]]:
     """The content without the calls, and the calls, from a finished answer."""
-    json_calls = parse_json_calls(text, names)
-    if json_calls is not None:
-        return "", json_calls
-    stream = ToolCallStream(names)
+    stream = ToolCallStream(names, parallel)
     events = stream.feed(text) + stream.end()
     content = "".join(value for kind, value in events if kind == "content")
     return content, [value for kind, value in events if kind == "call"]
@@ -76,13 +92,19 @@ def parse_tool_calls(text: str, names: frozenset[str] | None = None) -> tuple[st
 class ToolCallStream:
     """Content streams on as it comes; a call is held until it is complete, then emitted whole.
 
-    An answer that opens with `{` (or `<|python_tag|>`) may be a Llama-style call: it is held to the end.
+    An answer that opens with `{`, `[{` (or `<|python_tag|>`) may be a Llama-style call: it is held to the end. Elsewhere
+    a `<tool_call>` block or a ```json fence is held until it closes, then emitted as the calls it holds, or as the text
+    it is. `parallel` False: one call at most (see the module's docstring).
     """
 
-    def __init__(self, names: frozenset[str] | None = None) -> None:
+    def __init__(self, names: frozenset[str] | None = None, parallel: bool = True) -> None:
         self._names = names
+        self._parallel = parallel
+        self._sent = 0  # calls emitted so far
         self._tags = TagSplitter(HERMES_OPEN, HERMES_CLOSE)
-        self._call = ""
+        self._fences = TagSplitter(JSON_FENCE, FENCE_CLOSE)
+        self._call = ""  # inside <tool_call>
+        self._fenced = ""  # inside ```json
         self._start = ""  # the answer's opening, until it shows whether it is a bare JSON call
         self._bare: bool | None = None
 
@@ -101,34 +123,55 @@ class ToolCallStream:
             return []
         return self._route(self._tags.feed(text))
 
+    def _calls(self, text: str, wrapped: str) -> list[tuple[str, Any]]:
+        """`text` as calls where it holds calls this request may get; else `wrapped` (the text as the model wrote it)."""
+        calls = parse_json_calls(text, self._names)
+        if calls is None or (not self._parallel and self._sent + len(calls) > 1):
+            return [("content", wrapped)]
+        self._sent += len(calls)
+        return [("call", call) for call in calls]
+
     def _route(self, pieces: list[tuple[str, str]]) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        for part, value in pieces:
+            if part == "outer" and value:
+                out += self._fence(self._fences.feed(value))
+            elif part == "inner":
+                self._call += value
+            elif part == "leave":
+                out += self._calls(self._call, HERMES_OPEN + self._call + HERMES_CLOSE)
+                self._call = ""
+        return out
+
+    def _fence(self, pieces: list[tuple[str, str]]) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
         for part, value in pieces:
             if part == "outer" and value:
                 out.append(("content", value))
             elif part == "inner":
-                self._call += value
+                self._fenced += value
             elif part == "leave":
-                call = parse_call(self._call.strip())
-                call = call if call is None or self._names is None or call.name in self._names else None
-                out.append(("call", call) if call else ("content", HERMES_OPEN + self._call + HERMES_CLOSE))
-                self._call = ""
+                out += self._calls(self._fenced, JSON_FENCE + self._fenced + FENCE_CLOSE)
+                self._fenced = ""
         return out
 
     def end(self) -> list[tuple[str, Any]]:
         if self._bare or (self._bare is None and self._start):
-            calls = parse_json_calls(self._start, self._names)
-            return [("call", call) for call in calls] if calls else [("content", self._start)]
+            return self._calls(self._start, self._start)
         out = self._route(self._tags.end())
-        if self._call:  # a call the answer never closed (cut by max tokens): shown as the text it is
-            out.append(("content", HERMES_OPEN + self._call))
+        if self._call:  # a block never closed: its calls where its JSON is whole (a stop at </tool_call>), else text
+            out += self._calls(self._call, HERMES_OPEN + self._call)
+        out += self._fence(self._fences.end())
+        if self._fenced:  # likewise for a fence never closed
+            out += self._calls(self._fenced, JSON_FENCE + self._fenced)
         return out
 
 
-def forced_call_schema(tools: list[dict[str, Any]], tool_choice: Any) -> dict[str, Any] | None:
-    """The JSON schema a call must follow where `tool_choice` forces one ("required": any offered tool; a named function:
-    that one); None where the model may answer in text ("auto", or no choice). The answer is then held to the schema by
-    the grammar the server uses for JSON schemas, and is the call itself."""
+def forced_call_schema(tools: list[dict[str, Any]], tool_choice: Any, parallel: bool = True) -> dict[str, Any] | None:
+    """The JSON schema the answer must follow where `tool_choice` forces a call ("required": any offered tool; a named
+    function: that one); None where the model may answer in text ("auto", or no choice). With `parallel` the answer is a
+    JSON list of one call or more (as llama.cpp's generic format has it), else one call. The answer is then held to the
+    schema by the grammar the server uses for JSON schemas, and is the calls themselves."""
     if tool_choice is None or tool_choice == "auto":
         return None
     by_name = {str((tool.get("function") or {}).get("name", "")): tool.get("function") or {} for tool in tools}
@@ -144,4 +187,5 @@ def forced_call_schema(tools: list[dict[str, Any]], tool_choice: Any) -> dict[st
                          f"not {tool_choice!r}.")
     calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": by_name[name].get("parameters") or {"type": "object"}},
               "required": ["name", "arguments"]} for name in chosen]
-    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+    call = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {"type": "array", "items": call, "minItems": 1} if parallel else call
