@@ -185,9 +185,9 @@ def test_an_answer_whose_long_copies_hold_drafts_them_longer_than_earlier_answer
     def copy_whole(controller: AutoDrafter) -> AutoDrafter:
         controller.begin(0, [*source, 1, 2])
         controller.accept(0, source[:20])
-        at, rng = 20, np.random.default_rng(0)
+        at = 20
         while at < len(source) - 1:
-            drafted = len(controller.propose([Ask(0, 32, 0.0, None, rng)])[0].tokens)
+            drafted = len(controller.propose([Ask(0, 32, 0.0)])[0].tokens)
             controller.accept(0, source[at : at + drafted + 1])
             at += drafted + 1
         return controller
@@ -278,7 +278,7 @@ def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
     controller.observe_target(0, np.zeros(64, dtype=np.float32))  # the target torn between 64 tokens
     assert controller.confidence.unsure
     before = controller.lookup_acceptance.expected_accepted(2, 3, unsure=True)
-    controller.propose([Ask(0, 3, 0.0, None, np.random.default_rng(0))])[0]
+    controller.propose([Ask(0, 3, 0.0)])[0]
     controller.accept(0, [40])  # the text went elsewhere: the run's first token was wrong
     assert controller.lookup_acceptance.expected_accepted(2, 3, unsure=True) < before
     assert controller.lookup_acceptance.expected_accepted(2, 3) == AgreementModel().expected_accepted(2, 3)
@@ -555,7 +555,7 @@ def test_a_draft_that_stays_silent_is_rated_by_the_tokens_asked_of_it(tiny):
         prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me everything")])
         controller.begin(0, prompt)
         prior = controller.model_acceptance.rate(0)
-        draft = controller.propose([Ask(0, 4, 1.0, None, np.random.default_rng(0))])[0]  # p-min 1: the draft is never that sure
+        draft = controller.propose([Ask(0, 4, 1.0)])[0]  # p-min 1: the draft is never that sure
         assert draft.choice is not None and draft.choice.source == "model" and draft.tokens == []
         controller.accept(0, [prompt[-1]])  # the target's own token, the only one the step gave
         assert controller.model_acceptance.rate(0) < prior
@@ -589,7 +589,7 @@ def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_
         controller.exploration.saved_ms = 1e9  # ...though its first ask reads the prompt, a try the budget pays for here
         asks = []
         for _ in range(16):
-            draft = controller.propose([Ask(0, 4, 1.0, None, np.random.default_rng(0))])[0]  # p-min 1: the draft is never that sure
+            draft = controller.propose([Ask(0, 4, 1.0)])[0]  # p-min 1: the draft is never that sure
             asks.append(draft.choice is not None and draft.choice.source == "model")
             controller.accept(0, [prompt[-1]])
             controller.observe_target(0, sure)
@@ -615,7 +615,7 @@ def test_autos_draft_acceptance_is_learned_per_class_of_the_targets_confidence(t
             controller.model_acceptance.observe(8, 8)
         sure_rate = controller.model_acceptance.rate(0)
         for token in range(10, 16):
-            draft = controller.propose([Ask(0, 4, 1.0, None, np.random.default_rng(0))])[0]  # p-min 1: the draft offers nothing
+            draft = controller.propose([Ask(0, 4, 1.0)])[0]  # p-min 1: the draft offers nothing
             assert draft.choice is not None and draft.choice.source == "model"
             controller.accept(0, [token])  # the target's own token, a new one each time: still no lookup run
             controller.observe_target(0, sure)
@@ -690,9 +690,9 @@ CPU_VERIFY_MS = {1: 46.0, 2: 78.0, 3: 110.0, 4: 135.0, 5: 147.0, 6: 180.0, 8: 31
 def replay(controller: AutoDrafter, prompt: list[int], answer: list[int], k_cap: int = 8) -> list[tuple[int, int]]:
     """Drive the controller as the decode loop does, with `answer` as the target's text: (K, accepted) per step."""
     controller.begin(0, prompt)
-    steps, position, rng = [], 0, np.random.default_rng(0)
+    steps, position = [], 0
     while position < len(answer):
-        draft = controller.propose([Ask(0, k_cap, 0.0, None, rng)])[0]
+        draft = controller.propose([Ask(0, k_cap, 0.0)])[0]
         accepted = 0
         while accepted < len(draft.tokens) and position + accepted < len(answer) and draft.tokens[accepted] == answer[position + accepted]:
             accepted += 1

@@ -82,6 +82,7 @@ def sample_with_drafts(decoder, prompt, verification: str, draft_max: int) -> tu
 
 @pytest.mark.parametrize("drafter,verification", [
     ("model", "speculative"), ("model", "sample-match"), ("tree", "speculative"), ("hybrid", "speculative"),
+    ("model", "keyed"), ("tree", "keyed"), ("hybrid", "keyed"),
 ])
 def test_speculative_sampling_matches_the_target_distribution(setup, drafter, verification):
     engine, prompt, expected = setup
@@ -90,8 +91,8 @@ def test_speculative_sampling_matches_the_target_distribution(setup, drafter, ve
     assert fit_p_value(samples, expected) > SIGNIFICANCE
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "hierarchical"])
-def test_lookup_drafters_keep_the_target_distribution(setup, drafter):
+@pytest.mark.parametrize("drafter,verification", [("ngram", "speculative"), ("hierarchical", "speculative"), ("ngram", "keyed")])
+def test_lookup_drafters_keep_the_target_distribution(setup, drafter, verification):
     """Lookup proposes deterministically (q one-hot), so it needs a prompt that repeats.
 
     The prompt is P, then the target's own greedy continuation G of P, then P again:
@@ -101,16 +102,17 @@ def test_lookup_drafters_keep_the_target_distribution(setup, drafter):
     base = raw_prompt_tokens(engine.target, "tell me something")
     prompt = base + run(engine.plain, base, GenerationConfig(max_tokens=10)).tokens + base[1:]
     expected = exact_joint(engine.target, prompt, SamplingParams(**SAMPLING))
-    samples, drafted = sample_with_drafts(engine.decoder(drafter), prompt, "speculative", draft_max=3)
+    samples, drafted = sample_with_drafts(engine.decoder(drafter), prompt, verification, draft_max=3)
     accepted = sum(s == tuple(prompt[len(base):len(base) + N_TOKENS]) for s in samples)
     # The first token comes with the prompt's pass; lookup drafts G's rest after those that sampled G's first.
     assert drafted > N_SEEDS // 4 and 0 < accepted < N_SEEDS
     assert fit_p_value(samples, expected) > SIGNIFICANCE
 
 
-def test_plain_sampling_matches_the_target_distribution(setup):
+@pytest.mark.parametrize("verification", ["speculative", "keyed"])
+def test_plain_sampling_matches_the_target_distribution(setup, verification):
     engine, prompt, expected = setup
-    assert fit_p_value(sample_many(engine.plain, prompt, "speculative", draft_max=0), expected) > SIGNIFICANCE
+    assert fit_p_value(sample_many(engine.plain, prompt, verification, draft_max=0), expected) > SIGNIFICANCE
 
 
 def test_the_draft_distribution_is_rejected(setup):

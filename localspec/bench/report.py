@@ -208,19 +208,22 @@ def _passes(count: float | None) -> str:
     return f", {count:.0f} pass" + ("" if round(count) == 1 else "es")
 
 
+_RULES = (("speculative", "speculative sampling"), ("keyed", "keyed draws"), ("sample-match", "sample-and-match"))
+
+
 def _print_verification(result: BenchResult) -> None:
-    """At temperature > 0: speculative sampling against sample-and-match, same draft model, K, prompts and seeds."""
+    """At temperature > 0: speculative sampling (unseeded requests' rule), keyed draws (seeded requests': the answer
+    repeats whatever drafts it) and sample-and-match, with the same draft model, K, prompts and seeds."""
     print("\nVerification at the same temperature, prompts and seeds: draft tokens accepted, in all and per token emitted")
     for k in result.ks:
-        spec = total(m for m in result.measurements if m.mode.spec.sample_match and m.mode.k == k and m.mode.verification == "speculative")
-        match = total(m for m in result.measurements if m.mode.spec.sample_match and m.mode.k == k and m.mode.verification == "sample-match")
-        if spec.draft_n and match.draft_n:
-            print(
-                f"K={k}: speculative sampling {spec.draft_n_accepted} of {spec.draft_n} ({100 * spec.acceptance_rate:5.1f}%, "
-                f"{spec.draft_n_accepted / spec.predicted_n:.2f} per token emitted, {spec.tokens_per_step:.2f} tok/pass)   "
-                f"sample-and-match {match.draft_n_accepted} of {match.draft_n} ({100 * match.acceptance_rate:5.1f}%, "
-                f"{match.draft_n_accepted / match.predicted_n:.2f} per token emitted, {match.tokens_per_step:.2f} tok/pass)"
-            )
+        parts = []
+        for rule, name in _RULES:
+            s = total(m for m in result.measurements if m.mode.spec.sample_match and m.mode.k == k and m.mode.verification == rule)
+            if s.draft_n:
+                parts.append(f"{name} {s.draft_n_accepted} of {s.draft_n} ({100 * s.acceptance_rate:5.1f}%, "
+                             f"{s.draft_n_accepted / s.predicted_n:.2f} per token emitted, {s.tokens_per_step:.2f} tok/pass)")
+        if len(parts) > 1:
+            print(f"K={k}: " + "   ".join(parts))
 
 
 def _mean_rate(values: list[float]) -> float:

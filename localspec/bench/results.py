@@ -50,7 +50,7 @@ class Mode:
             return "plain"
         if self.adaptive:
             return f"{self.drafter} K≤{self.k}"
-        return f"{self.drafter} K={self.k}" + (" sample-match" if self.verification == "sample-match" else "")
+        return f"{self.drafter} K={self.k}" + ("" if self.verification == "speculative" else f" {self.verification}")
 
     @property
     def fixed(self) -> bool:

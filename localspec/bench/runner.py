@@ -140,10 +140,11 @@ def parse_ks(text: str) -> list[int]:
 
 
 def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max: int | None = None) -> list[Mode]:
-    """Plain, each drafter at each K, auto (capped at `auto_max`, else as users run it); at temperature > 0 also sample-and-match."""
+    """Plain, each drafter at each K, auto (capped at `auto_max`, else as users run it); at temperature > 0 also keyed draws
+    and sample-and-match for the drafters that sample."""
     modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode(registry.ADAPTIVE, auto_max or defaults.AUTO_DRAFT_MAX)]
     if temperature > 0:
-        modes += [Mode(d, k, "sample-match") for d in drafters if registry.spec(d).sample_match for k in ks]
+        modes += [Mode(d, k, rule) for rule in ("keyed", "sample-match") for d in drafters if registry.spec(d).sample_match for k in ks]
     return modes
 
 

@@ -46,9 +46,9 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=int, help="makes sampling reproducible (default: random, reported)")
     group.add_argument(
         "--verification",
-        choices=["speculative", "sample-match"],
-        default="speculative",
-        help="at temperature > 0: speculative sampling (default) or llama.cpp's sample-and-match",
+        choices=["keyed", "speculative", "sample-match"],
+        help="at temperature > 0: keyed draws (the default with --seed: the seed repeats the answer whatever drafts it), "
+             "speculative sampling (the default without: the best acceptance) or llama.cpp's sample-and-match",
     )
 
 

@@ -12,18 +12,18 @@ from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, StopReason, TokenEvent, TokenSource
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
-from localspec.engine.sampling import distribution
+from localspec.engine.sampling import Draws, distribution
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.verify import Verdict, verify_greedy, verify_sample_match, verify_speculative, verify_tree
 
 
-def first_token(target: Model, row: np.ndarray, config: GenerationConfig, rng: np.random.Generator, text: TextAssembler,
+def first_token(target: Model, row: np.ndarray, config: GenerationConfig, draws: Draws, text: TextAssembler,
                 stats: GenerationStats) -> tuple[int, list[TokenEvent], StopReason | None]:
     """The answer's first token, judged on the prompt's last row with no draft: the token, its events, and whether the
     answer ends there."""
     nothing = Draft()
-    verdict = judge(nothing, row, config, rng)
+    verdict = judge(nothing, row, config, draws, stats.predicted_n)
     margins = top2_margins(row) if config.record_margins else None
     events, reason = emitted_tokens(target, nothing, verdict, margins, text, stats, config)
     return verdict.token, events, reason
@@ -58,20 +58,20 @@ def closing_events(text: TextAssembler, stats: GenerationStats, reason: StopReas
     return [*held_back, Finished(reason, stats, message, text.stop_word)]
 
 
-def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.random.Generator) -> Verdict:
-    """The target's verdict on a draft from its verify rows: greedy at temperature 0, else the configured rule; with
-    penalties or a logit bias, the penalised target's (engine/penalties.py); under a grammar, the constrained target's
-    (engine/grammar.py)."""
+def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, draws: Draws, position: int) -> Verdict:
+    """The target's verdict on a draft from its verify rows, the first of which chooses the answer's token `position`:
+    greedy at temperature 0, else the configured rule; with penalties or a logit bias, the penalised target's
+    (engine/penalties.py); under a grammar, the constrained target's (engine/grammar.py)."""
     penalties = config.penalties
     if config.grammar is None and penalties is None:
-        return _judge(draft, rows, config, rng)
+        return _judge(draft, rows, config, draws, position)
     if draft.fork is not None:
         raise EngineError("A tree draft cannot be verified under a grammar or penalties; use another drafter.")
     if penalties is not None:
         rows = penalties.adjust(rows, draft.tokens)
     if config.grammar is not None:
         rows = config.grammar.mask(rows, draft.tokens)
-    verdict = _judge(draft, rows, config, rng)
+    verdict = _judge(draft, rows, config, draws, position)
     emitted = [*verdict.accepted, verdict.token]
     for state in (penalties, config.grammar):
         if state is not None:
@@ -79,18 +79,21 @@ def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.rand
     return verdict
 
 
-def _judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, rng: np.random.Generator) -> Verdict:
-    greedy = config.sampling.greedy
+def _judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, draws: Draws, position: int) -> Verdict:
+    if config.sampling.greedy:
+        if draft.fork is None:
+            return verify_greedy(draft.tokens, rows)
+        return verify_tree(draft, rows, lambda row, _: int(row.argmax()))
+
+    def choose(row: np.ndarray, depth: int) -> int:
+        return draws.choose(distribution(row, config.sampling), position + depth)
+
     if draft.fork is not None:
-        # Each branch's tokens are deterministic candidates: the target's own choice (argmax, or its sample from p) picks the path.
-        if greedy:
-            return verify_tree(draft, rows, lambda row: int(row.argmax()))
-        return verify_tree(draft, rows, lambda row: distribution(row, config.sampling).sample(rng))
-    if greedy:
-        return verify_greedy(draft.tokens, rows)
-    if config.verification == "sample-match":
-        return verify_sample_match(draft.tokens, rows, config.sampling, rng)
-    return verify_speculative(draft.tokens, draft.dists, rows, config.sampling, rng)
+        # Each branch's tokens are deterministic candidates: the target's own sample from p picks the path.
+        return verify_tree(draft, rows, choose)
+    if config.rule == "speculative":
+        return verify_speculative(draft.tokens, draft.dists, rows, config.sampling, draws.rng)
+    return verify_sample_match(draft.tokens, rows, choose)
 
 
 def top2_margins(rows: np.ndarray) -> np.ndarray:

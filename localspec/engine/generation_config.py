@@ -11,7 +11,7 @@ from localspec.engine.grammar import Grammar
 from localspec.engine.penalties import Penalties
 from localspec.engine.sampling import SamplingParams
 
-Verification = Literal["speculative", "sample-match"]
+Verification = Literal["keyed", "speculative", "sample-match"]
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft_max: int = defaults.DRAFT_MAX
     draft_p_min: float = defaults.DRAFT_P_MIN
-    verification: Verification = "speculative"  # at temperature > 0; temperature 0 is always greedy
+    verification: Verification | None = None  # at temperature > 0 (temperature 0 is always greedy); None: see `rule`
     stop: tuple[str, ...] = ()
     record_margins: bool = False  # evidence for lossless tests; costs a partition per row
     grammar: Grammar | None = None  # what the answer may say (JSON mode): one answer's state, so one config per request
@@ -30,10 +30,18 @@ class GenerationConfig:
     conversation: tuple[Mapping[str, Any], ...] = ()
 
     @property
+    def rule(self) -> Verification:
+        """How drafts are judged at temperature > 0: as asked, else keyed draws where a seed is given (sampling.Draws: the
+        seed then writes the same answer whatever drafts it), else speculative sampling (the best acceptance)."""
+        if self.verification is not None:
+            return self.verification
+        return "keyed" if self.sampling.seed is not None else "speculative"
+
+    @property
     def draft_sampling(self) -> SamplingParams | None:
         """How drafts are sampled: None (greedy) at temperature 0 and under sample-match, which judges the tokens and
-        never q; else from q at the request's own sampling, which speculative sampling needs."""
-        return None if self.sampling.greedy or self.verification == "sample-match" else self.sampling
+        never q; else from q at the request's own sampling (speculative sampling needs q; keyed draws share the noise)."""
+        return None if self.sampling.greedy or self.rule == "sample-match" else self.sampling
 
     def draft_cap(self, room: int, predicted_n: int, limit: int | None = None) -> int:
         """The most draft tokens a step may take: K, the cells left after the last settled token (`room`), the tokens the

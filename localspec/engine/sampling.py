@@ -41,10 +41,54 @@ class SamplingParams:
             raise SamplingSettingsError(f"top-k must be 0 (off) or positive, not {self.top_k}", "top-k")
 
 
-def make_rng(seed: int | None) -> tuple[np.random.Generator, int]:
-    """A seeded generator, and the seed used: a run without a seed can still be replayed."""
-    used = seed if seed is not None else secrets.randbits(32)
-    return np.random.Generator(np.random.PCG64(used)), used
+_U64 = 0xFFFFFFFFFFFFFFFF
+_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment: a key's i-th output is mix(key + (i + 1) * _GOLDEN)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over uint64 values (wrapping arithmetic): nearby inputs give unrelated outputs."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Where a sampled answer's random numbers come from.
+
+    Keyed (a request that gives a seed): the token at answer position n is argmax over p's candidates x of
+    log p(x) + G(seed, n, x), with G standard Gumbel noise hashed from the three. By the Gumbel-max trick that is exactly
+    a draw from p, and it depends on the seed, the position and p alone: the same seed writes the same answer whichever
+    drafter ran, so drafts are judged by exact match. A drafter that samples draws its q with the same noise at the same
+    position, so it picks the target's token wherever q is near p.
+
+    A stream (no seed): draws in order from a generator seeded at random, for speculative sampling, whose acceptance
+    min(1, p/q) is the most any sampled draft can have (Gumbel coupling keeps a little less; the bench compares the two).
+    """
+
+    seed: int
+    keyed: bool
+    rng: np.random.Generator
+
+    @classmethod
+    def of(cls, seed: int | None, keyed: bool) -> Draws:
+        """Draws from `seed`, or from one chosen at random."""
+        used = seed if seed is not None else secrets.randbits(32)
+        return cls(used, keyed, np.random.Generator(np.random.PCG64(used)))
+
+    def choose(self, dist: Distribution, position: int) -> int:
+        """A token drawn from `dist` for answer position `position`: keyed by it, or the stream's next."""
+        if not self.keyed:
+            return dist.sample(self.rng)
+        return int(dist.ids[np.argmax(np.log(dist.probs) + self.noise(position, dist.ids))])
+
+    def noise(self, position: int, ids: np.ndarray) -> np.ndarray:
+        """Standard Gumbel noise for tokens `ids` at answer position `position`, from the seed alone: splitmix64 keyed
+        by (seed, position), its output at each token id."""
+        key = _mix(np.array([(self.seed * _GOLDEN) & _U64], dtype=np.uint64) ^ np.uint64(position & _U64))
+        bits = _mix(key + (ids.astype(np.uint64) + np.uint64(1)) * np.uint64(_GOLDEN))
+        uniform = ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53  # in (0, 1), never 0 or 1
+        return -np.log(-np.log(uniform))
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,10 @@ def verify_greedy(draft: Sequence[int], rows: np.ndarray) -> Verdict:
     return Verdict(list(draft[:n]), int(best[n]))
 
 
-def verify_tree(draft: Draft, rows: np.ndarray, choose: Callable[[np.ndarray], int]) -> Verdict:
+Choose = Callable[[np.ndarray, int], int]  # the target's token on a verify row at a draft position (0: the first row's)
+
+
+def verify_tree(draft: Draft, rows: np.ndarray, choose: Choose) -> Verdict:
     """Walk a two-branch draft: at each node the target chooses its token, and the branch holding it goes on.
 
     The batch was [last, *chain, *fork]: rows[i] judges chain token i, the fork's first
@@ -54,7 +57,7 @@ def verify_tree(draft: Draft, rows: np.ndarray, choose: Callable[[np.ndarray], i
     """
     n = len(draft.tokens)
     for i, token in enumerate(draft.tokens):
-        chosen = choose(rows[i])
+        chosen = choose(rows[i], i)
         if chosen == token:
             continue
         fork = draft.fork
@@ -62,12 +65,12 @@ def verify_tree(draft: Draft, rows: np.ndarray, choose: Callable[[np.ndarray], i
             return Verdict(list(draft.tokens[:i]), chosen)
         accepted = list(draft.tokens[:i]) + [chosen]
         for j in range(1, len(fork.tokens)):
-            chosen = choose(rows[n + j])
+            chosen = choose(rows[n + j], i + j)
             if chosen != fork.tokens[j]:
                 return Verdict(accepted, chosen, branch=1, at=i)
             accepted.append(chosen)
-        return Verdict(accepted, choose(rows[n + len(fork.tokens)]), branch=1, at=i)
-    return Verdict(list(draft.tokens), choose(rows[n]))
+        return Verdict(accepted, choose(rows[n + len(fork.tokens)], i + len(fork.tokens)), branch=1, at=i)
+    return Verdict(list(draft.tokens), choose(rows[n], n))
 
 
 def verify_speculative(
@@ -107,12 +110,11 @@ def verify_speculative(
     return Verdict(list(draft), distribution(rows[len(draft)], params).sample(rng))
 
 
-def verify_sample_match(
-    draft: Sequence[int], rows: np.ndarray, params: SamplingParams, rng: np.random.Generator
-) -> Verdict:
-    """llama.cpp's scheme: the target samples each position itself; a draft token survives if it matches."""
+def verify_sample_match(draft: Sequence[int], rows: np.ndarray, choose: Choose) -> Verdict:
+    """The target chooses each position itself (its sample from p); a draft token survives if it matches. llama.cpp's
+    scheme, and the rule for keyed draws (sampling.Draws), whose choice depends on nothing a drafter did."""
     for i, token in enumerate(draft):
-        sampled = distribution(rows[i], params).sample(rng)
-        if sampled != token:
-            return Verdict(list(draft[:i]), sampled)
-    return Verdict(list(draft), distribution(rows[len(draft)], params).sample(rng))
+        chosen = choose(rows[i], i)
+        if chosen != token:
+            return Verdict(list(draft[:i]), chosen)
+    return Verdict(list(draft), choose(rows[len(draft)], len(draft)))

@@ -98,7 +98,7 @@ def resolve(asked: Asked, *, parts: registry.PairParts, context: int, pair: Pair
         raise UsageError(f"The {drafter} drafter cannot draft under a grammar (response_format, json_schema) or penalties "
                          "(frequency_penalty, presence_penalty, logit_bias): pick another drafter.")
     config = GenerationConfig(max_tokens=max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=p_min,
-                              verification=asked.verification or "speculative", stop=asked.stop, grammar=asked.grammar,
+                              verification=asked.verification, stop=asked.stop, grammar=asked.grammar,
                               penalties=asked.penalties)
     return GenerationRequest(drafter, config)
 

@@ -22,8 +22,6 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from localspec.bench.ceiling import lookup_ceiling
 from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
@@ -70,10 +68,10 @@ def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int], sure
     auto.begin(0, prompt)
     auto.accept(0, answer[:1])
     auto.confidence.observe_probability(sure[0])
-    position, spent, steps, rng = 1, 0.0, [], np.random.default_rng(0)
+    position, spent, steps = 1, 0.0, []
     while position < len(answer):
         match = auto.lookups[0].lookup(K_CAP).match_length
-        run = auto.propose([Ask(0, K_CAP, 0.0, None, rng)])[0].tokens
+        run = auto.propose([Ask(0, K_CAP, 0.0)])[0].tokens
         accepted = 0  # the step's last token is always the target's own
         while accepted < len(run) and position + accepted + 1 < len(answer) and run[accepted] == answer[position + accepted]:
             accepted += 1

@@ -37,7 +37,7 @@ from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.model import Model
 from localspec.engine.pass_costs import CostTable, calibrate
-from localspec.engine.sampling import make_rng
+from localspec.engine.sampling import Draws
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.tokens import common_prefix
@@ -109,15 +109,17 @@ class BatchScheduler:
             raise EngineError("every slot is busy: wait for one to finish")
         slot = prompt_cache.slot_for(free, prompt[:-1])
         keep = prompt_cache.take_prefix(self.slots, slot, prompt)
-        rng, seed = make_rng(request.config.sampling.seed)
-        stats = GenerationStats(drafter=request.drafter.name, draft_max=request.config.draft_max, prompt_n=len(prompt), cache_n=keep,
-                                seed=None if request.config.sampling.greedy else seed)
+        config = request.config
+        draws = Draws.of(config.sampling.seed, keyed=config.rule == "keyed")
+        # The seed that writes this answer again: speculative sampling's random one does not (a given seed draws keyed).
+        seed = None if config.sampling.greedy or not (draws.keyed or config.sampling.seed is not None) else draws.seed
+        stats = GenerationStats(drafter=request.drafter.name, draft_max=config.draft_max, prompt_n=len(prompt), cache_n=keep, seed=seed)
         request.drafter.converse(slot.seq, request.config.conversation)
         request.drafter.begin(slot.seq, prompt)
         self._arrivals += 1
         slot.last_used = self._arrivals
         slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
-                                     rng, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals)
+                                     draws, stats, TextAssembler(request.config.stop), time.perf_counter_ns(), self._arrivals)
         slot.last = -1  # until the prompt's pass judges the first token
         return slot
 
@@ -256,7 +258,7 @@ class BatchScheduler:
         generation = slot.job
         config = generation.request.config
         cap = config.draft_cap(self.share - len(slot.cached) - 1, generation.stats.predicted_n, k_limit)
-        return Ask(slot.seq, cap, config.draft_p_min, config.draft_sampling, generation.rng)
+        return Ask(slot.seq, cap, config.draft_p_min, config.draft_sampling, generation.draws, generation.stats.predicted_n)
 
     def _chunks(self, reading: list[Slot], n_verify: int, draft_ms: float | None) -> list[tuple[Slot, Sequence[int]]]:
         """The prompt tokens this pass reads: beside slots generating, as much as a step's worth of time allows
@@ -286,7 +288,7 @@ class BatchScheduler:
             self._finish(slot, StopReason.MAX_TOKENS)
             return
         drafter.observe_target(slot.seq, row[0])
-        slot.last, events, reason = first_token(self.target, row, config, generation.rng, generation.text, generation.stats)
+        slot.last, events, reason = first_token(self.target, row, config, generation.draws, generation.text, generation.stats)
         drafter.accept(slot.seq, [slot.last])
         self._emit(slot, events, reason)
 
@@ -313,7 +315,7 @@ class BatchScheduler:
         slot, draft = step.slot, step.draft
         generation = slot.job
         config, stats, drafter = generation.request.config, generation.stats, generation.request.drafter
-        verdict = judge(draft, rows, config, generation.rng)
+        verdict = judge(draft, rows, config, generation.draws, stats.predicted_n)
         drafter.observe_target(slot.seq, rows[0])  # before anything decodes again: rows is llama.cpp's buffer
         margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         if draft.fork is not None:  # the branch the verdict took stays in the slot's sequence; the other goes

@@ -6,12 +6,11 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
+from localspec.engine.sampling import Draws
 from localspec.engine.stats import GenerationStats
 from localspec.engine.text import TextAssembler
 from localspec.engine.tokens import common_prefix
@@ -34,7 +33,7 @@ class Generation:
     """What one running request keeps between steps."""
 
     request: SlotRequest
-    rng: np.random.Generator
+    draws: Draws
     stats: GenerationStats
     text: TextAssembler
     started_ns: int

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from localspec.engine.sampling import Distribution, SamplingParams
+from localspec.engine.sampling import Distribution, Draws, SamplingParams
 
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
     from pathlib import Path
@@ -95,13 +95,15 @@ def one_hot(tokens: Sequence[int]) -> list[Distribution]:
 @dataclass
 class Ask:
     """One sequence's request for a draft this step: up to `k` tokens continuing its accepted text, greedily (sampling
-    None) or sampled from q, stopping where the draft's best token is less likely than p_min."""
+    None) or sampled from q with the answer's draws, its first token at answer position `position`, stopping where the
+    draft's best token is less likely than p_min."""
 
     seq: int
     k: int
     p_min: float = 0.0
     sampling: SamplingParams | None = None
-    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    draws: Draws = field(default_factory=lambda: Draws.of(0, keyed=False))
+    position: int = 0
 
 
 class Drafter(ABC):

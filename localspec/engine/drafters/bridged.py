@@ -171,7 +171,9 @@ class BridgedDrafter(Drafter):
                 whole = len(ahead)
             if not after and self.inner.pending_tokens(order.seq) == 0:  # its last token's row is needed again
                 self.inner.reread_last(order.seq)
-            inner_orders.append(DraftOrder(order.seq, order.k, order.p_min, order.sampling, order.rng, after))
+            # Its positions count the target's tokens, these the draft's: keyed noise then couples no draft token, and
+            # each is still judged by exact match.
+            inner_orders.append(DraftOrder(order.seq, order.k, order.p_min, order.sampling, order.draws, order.position, after))
             lags.append(ahead[whole:])
         self._bridge_ns += time.perf_counter_ns() - start
         drafted = self.inner.draft(inner_orders)

@@ -21,13 +21,14 @@ import numpy as np
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.llama.memory import MemoryKind
 from localspec.engine.llama.model import Model
-from localspec.engine.sampling import Distribution, SamplingParams, distribution, greedy_with_confidence
+from localspec.engine.sampling import Distribution, Draws, SamplingParams, distribution, greedy_with_confidence
 from localspec.engine.tokens import common_prefix
 
 
-def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | None, rng: np.random.Generator,
+def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | None, draws: Draws, position: int,
                      within: np.ndarray | None = None) -> tuple[int, Distribution | None] | None:
-    """The draft's next token from its logits `row`, greedy (sampling None) or drawn from q (then with q); None where the
+    """The draft's next token from its logits `row`, greedy (sampling None) or drawn from q for answer position
+    `position` with the answer's draws (then with q); None where the
     draft's best token is less likely than p_min, which ends the draft there. Every draft model's token, for one
     sequence or for a batch of slots, is chosen here. `within` (a mask over the draft's vocabulary) restricts q to the
     tokens it marks: a draft of another tokenizer samples only tokens the target has too (bridged.py)."""
@@ -42,25 +43,26 @@ def next_draft_token(row: np.ndarray, p_min: float, sampling: SamplingParams | N
         if not kept.any():
             return None
         q = Distribution(q.ids[kept], q.probs[kept] / q.probs[kept].sum())
-    return (q.sample(rng), q) if q.top_prob >= p_min else None
+    return (draws.choose(q, position), q) if q.top_prob >= p_min else None
 
 
 @dataclass
 class DraftOrder:
     """Draft up to k tokens for sequence `seq` (an Ask's terms), after reading `after` (a hybrid step's lookup tokens),
-    so the draft continues from their end."""
+    so the draft continues from their end, its first token at answer position `position`."""
 
     seq: int
     k: int
     p_min: float
     sampling: SamplingParams | None
-    rng: np.random.Generator
+    draws: Draws
+    position: int
     after: Sequence[int] = ()
 
     @classmethod
     def of(cls, ask: Ask, after: Sequence[int] = (), k: int | None = None, greedy: bool = False) -> DraftOrder:
         """The order an ask makes; another `k`, or greedy drafting whatever the temperature, where the drafter says so."""
-        return cls(ask.seq, ask.k if k is None else k, ask.p_min, None if greedy else ask.sampling, ask.rng, after)
+        return cls(ask.seq, ask.k if k is None else k, ask.p_min, None if greedy else ask.sampling, ask.draws, ask.position + len(after), after)
 
 
 @dataclass
@@ -154,7 +156,8 @@ class ModelDrafter(Drafter):
         speculated = self._seqs[order.seq].speculated
         while True:
             start = time.perf_counter_ns()
-            chosen = next_draft_token(self._decode(order.seq, tokens, 1)[-1], order.p_min, order.sampling, order.rng, self.within)
+            chosen = next_draft_token(self._decode(order.seq, tokens, 1)[-1], order.p_min, order.sampling, order.draws,
+                                      order.position + len(draft.tokens), self.within)
             self.passes.append((len(tokens), (time.perf_counter_ns() - start) / 1e6))
             if chosen is None:
                 return
@@ -172,7 +175,7 @@ class ModelDrafter(Drafter):
             start = time.perf_counter_ns()
             for item, row in zip(active, self._rows(entries), strict=True):
                 order = item.order
-                chosen = next_draft_token(row, order.p_min, order.sampling, order.rng, self.within)
+                chosen = next_draft_token(row, order.p_min, order.sampling, order.draws, order.position + len(item.draft.tokens), self.within)
                 if chosen is not None:
                     item.draft.append(*chosen)
                 item.done = chosen is None or len(item.draft.tokens) >= order.k

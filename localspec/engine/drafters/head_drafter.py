@@ -208,7 +208,7 @@ class HeadDrafter(Drafter):
             still: list[int] = []
             for j, index in enumerate(active):
                 order, draft = orders[index], drafts[index]
-                chosen = next_draft_token(logits[j], order.p_min, order.sampling, order.rng)
+                chosen = next_draft_token(logits[j], order.p_min, order.sampling, order.draws, order.position + len(draft.tokens))
                 if chosen is not None:
                     draft.append(*chosen)
                 if chosen is not None and len(draft.tokens) < min(order.k, self.chained_heads or order.k):

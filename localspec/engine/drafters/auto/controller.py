@@ -146,8 +146,8 @@ class AutoDrafter(Drafter):
             if choice.model_k:
                 source = self.planner.source_of(choice).source
                 answer.belief.asked(option.pending_for(source))
-                # Greedy at T > 0 too: its tokens are then judged as lookup's are, one draw for each settled position, so a
-                # seed writes plain sampling's answer whatever auto chose (verify_speculative).
+                # Greedy at T > 0 too: its tokens are then judged as lookup's are (a one-hot q), one draw for each settled
+                # position, as plain sampling draws (verify_speculative).
                 orders.setdefault(source, []).append(DraftOrder.of(ask, option.lookup.tokens[: choice.lookup_k], k=choice.model_k, greedy=True))
         continuations: dict[Source, Iterator[Draft]] = {}
         self._drafting_ms = 0.0
