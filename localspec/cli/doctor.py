@@ -24,12 +24,15 @@ from localspec.gguf.header import read_local_header
 from localspec.gguf.memory_kind import memory_kind
 from localspec.gguf.summary import ModelSummary
 from localspec.hub.config import HubConfig
-from localspec.machine import amx_build, rpc, rpc_build
+from localspec.machine import amx_build, cpu_load, rpc, rpc_build
 from localspec.machine.device import MachineInfo, device_memory, machine_info
 from localspec.machine.gpu_build import nvidia_gpus, unused_gpu_advice
 from localspec.machine.memory_plan import DeviceMemory, plan_pair
+from localspec.session import plain_speed
 from localspec.session.settings import settings_path
 from localspec.units import format_bytes
+
+BUSY_CPUS = 0.5  # other programs' use worth a word: half a CPU held stalls a thread of every pass
 
 
 def _row(label: str, value: str, indent: int = 2) -> None:
@@ -62,6 +65,10 @@ def _print_hardware(info: MachineInfo, verdict: amx.AmxVerdict) -> None:
     cpu = next((f", {d.description}" for d in info.devices if d.kind == "CPU"), "")
     _row("CPU cores", f"{info.physical_cores} physical ({info.logical_cores} logical){cpu}")
     _row("RAM", _memory(info.ram_available, info.ram_total))
+    busy = cpu_load.busy_cores(info.logical_cores)
+    if busy is not None:
+        _row("CPU in use", f"{busy:.1f} of {info.logical_cores} CPUs by other programs now" + (
+            ": localspec's threads share them, so it decodes slower until they finish" if busy >= BUSY_CPUS else ""))
     if verdict.offered:
         _row("AMX", f"used: {verdict.reason}" if verdict.sound else f"not used: {verdict.reason}")
 
@@ -83,6 +90,19 @@ def _print_paths(hub: HubConfig) -> None:
     _row("cache", f"{paths.cache_dir()}: {describe_caches()}")
     _row("llama.cpp log", str(paths.llama_log_file()))
     _row("models", f"{hub.cache_dir} (the Hugging Face cache)")
+
+
+def _print_speeds() -> None:
+    """Each target's latest plain rate here beside its best: a rate far below the best says the machine was busy."""
+    speeds = plain_speed.recorded()
+    if not speeds:
+        return
+    print("Plain decoding here (the latest answer's rate, and the best)")
+    for speed in speeds:
+        _row(speed.target, f"{speed.last:.1f} tok/s, best {speed.best:.1f} ({speed.threads} threads)", indent=2)
+        if speed.slowed:
+            _row("", f"far below its best: {speed.note()}", indent=2)
+    print()
 
 
 def _print_pairs(hub: HubConfig, memory: DeviceMemory) -> None:
@@ -151,6 +171,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     print()
     _print_paths(hub)
     print()
+    _print_speeds()
     _print_pairs(hub, device_memory(info))
     pip = f"{sys.executable} -m pip"
     for advice in (_amx_advice(verdict, pip), unused_gpu_advice(info.gpu_offload, info.llama_system_info, pip)):

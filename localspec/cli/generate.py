@@ -15,6 +15,7 @@ from localspec.engine.errors import EngineError
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.stats import GenerationStats
 from localspec.machine.device import device_record
+from localspec.session import plain_speed
 from localspec.session.generation_request import Asked, resolve
 
 
@@ -61,8 +62,11 @@ def run_generate(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
                 print(f"localspec: {exc}", file=sys.stderr)
             return 1
-    assert finished is not None
+        assert finished is not None
+        speed = plain_speed.remember_answer(engine.target, finished.stats)
     stats = finished.stats
+    if speed is not None and speed.slowed:
+        print(f"localspec: warning: {speed.note()}", file=sys.stderr)
     if args.json:
         payload = {"text": "".join(pieces), "tokens": tokens, "stop_reason": finished.reason.value, "stats": stats.to_dict(), "device": device}
         if finished.message:

@@ -27,10 +27,12 @@ from localspec.engine.stats import GenerationStats
 from localspec.machine.device import OffloadedLayers, backend_name, offloaded_layers
 from localspec.machine.memory_plan import MemoryPlan
 from localspec.machine.remote_plan import plan_pair_on_devices
+from localspec.session import plain_speed
 from localspec.session.context_fit import answer_room, fit_conversation
 from localspec.session.generation_request import APP_NAMES, resolve
 from localspec.session.history import History
 from localspec.session.live_stats import LiveStats, StatsSnapshot
+from localspec.session.plain_speed import PlainSpeed
 from localspec.session.settings import Settings
 
 UPDATE_INTERVAL_S = 0.1  # the panel and the text redraw at most ten times a second
@@ -120,6 +122,7 @@ class AnswerResult:
     snapshot: StatsSnapshot
     status: str  # as stored in the history (ANSWER_STATUS)
     dropped_messages: int = 0  # the oldest messages left out of the prompt to fit the context
+    slowed: PlainSpeed | None = None  # plain decoding ran far below its best here (another program busy on the CPU)
 
 
 @dataclass
@@ -194,7 +197,9 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
         on_update(AnswerUpdate(pending, snapshot))
     status = ANSWER_STATUS.get(finished.reason, "complete")
     history.finish_answer(message_id, transcript.text, status, finished.stats.to_dict(), transcript.runs)
-    return AnswerResult(transcript.text, transcript.runs, finished, snapshot, status, fitted.dropped_messages)
+    speed = plain_speed.remember_answer(engine.target, finished.stats)
+    return AnswerResult(transcript.text, transcript.runs, finished, snapshot, status, fitted.dropped_messages,
+                        speed if speed is not None and speed.slowed else None)
 
 
 def conversation_counts(stats_dicts: list[dict[str, Any]]) -> tuple[int, int]:

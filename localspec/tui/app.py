@@ -188,6 +188,8 @@ class LocalspecApp(PairControl, ConversationControl):
         note = answer_note(self.loaded.pair.id if self.loaded else None, result.finished.stats.to_dict())
         await view.finish(result.text, result.provenance, result.status, note)
         self.query_one(StatsPanel).show(result.snapshot)
+        if result.slowed is not None:
+            self.notify(result.slowed.note(), severity="warning", timeout=12)
         if result.dropped_messages:
             self.notify(f"This conversation is longer than the context ({self.loaded.engine.target.n_ctx if self.loaded else '?'} tokens): "
                         f"the oldest {result.dropped_messages} messages were left out of this answer's prompt. They stay in the "
