@@ -42,6 +42,11 @@ from localspec.tui.stats_panel import StatsPanel
 
 CLOSING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # `kill`, a closed terminal window: the exit status is 128 + the signal
 SIDEBAR_MIN_WIDTH = 100  # narrower, the conversation list would squeeze the chat: it hides (Ctrl+B shows it)
+SIDEBAR_WIDTH = 24  # the stylesheet's #sidebar width, and at most half the terminal's (Ctrl+B at 30 columns)
+STATS_WIDTH = 30  # the stylesheet's #stats width, beside the chat
+# The chat keeps at least this many columns beside the statistics; narrower, the panel folds into one line under the
+# chat (at 50x15 it kept 29 columns while the chat got 20, and with the list shown too the prompt got none: a crash).
+CHAT_MIN_WIDTH = 46
 LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads", "self_draft_layers", "rpc_servers")  # changing these reloads the pair
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
@@ -102,6 +107,7 @@ class LocalspecApp(PairControl, ConversationControl):
         self.query_one("#messages", VerticalScroll).anchor()
         self.wide = self.size.width >= SIDEBAR_MIN_WIDTH
         self.query_one("#sidebar").display = self.wide
+        self.fit_panes(self.size.width)
         self.query_one(PromptInput).focus()
         self.set_interval(2.0, self.refresh_device_line)
         self.open_pair(self.settings.last_pair if self.settings.last_pair in self.catalog.pairs else self.catalog.default_id)
@@ -114,6 +120,20 @@ class LocalspecApp(PairControl, ConversationControl):
             for sidebar in self.screen_stack[0].query("#sidebar"):
                 sidebar.display = wide
         self.wide = wide
+        self.fit_panes(event.size.width)
+
+    def action_toggle_sidebar(self) -> None:
+        sidebar = self.query_one("#sidebar")
+        sidebar.display = not sidebar.display
+        self.fit_panes(self.size.width)
+
+    def fit_panes(self, width: int) -> None:
+        """The statistics sit beside the chat where it keeps CHAT_MIN_WIDTH columns, else fold into a line under it."""
+        main = self.screen_stack[0] if self.screen_stack else None
+        if main is None or not main.query("#stats"):
+            return
+        sidebar = min(SIDEBAR_WIDTH, width // 2) if main.query_one("#sidebar").display else 0
+        main.query_one(StatsPanel).fold(width - sidebar - STATS_WIDTH < CHAT_MIN_WIDTH)
 
     def reload_catalog(self) -> None:
         try:

@@ -1,0 +1,101 @@
+"""The app's layout on small terminals, driven by Pilot at the sizes a newcomer met (issue 75): the panes fit, nothing
+crashes, and text breaks between words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+from textual.widgets._toast import Toast
+
+from localspec.hub.config import HubConfig
+from localspec.tui.app import CHAT_MIN_WIDTH
+from localspec.tui.dialogs import HelpScreen
+from localspec.tui.models_screen import ModelsScreen
+from localspec.tui.prompt_input import PromptInput
+from localspec.tui.stats_panel import StatsPanel
+from tests.test_app import Setup, ask, local_pair, read_whole, run_async, wait_for
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
+
+
+async def typed_and_shown(pilot, app, text: str) -> None:  # type: ignore[no-untyped-def]
+    """The prompt box takes keys and draws them: the app lives, and its chat column has room."""
+    prompt = app.query_one(PromptInput)
+    prompt.focus()
+    await pilot.press(*text)
+    await pilot.pause()
+    assert prompt.text == text and prompt.content_size.width >= 1
+    assert any(text in strip.text for strip in prompt.render_lines(prompt.region.reset_offset))
+    prompt.clear()
+
+
+@pytest.mark.parametrize("steps", [
+    ((50, 15), "ctrl+b", None),  # the list shown on a small terminal
+    ((80, 24), "ctrl+b", (58, 24)),  # shown at 80 columns, then the terminal narrows
+    ((80, 24), None, (30, 15)),  # the list hidden, the terminal at 30 columns
+])
+@run_async
+async def test_a_narrow_terminal_keeps_the_prompt_box_and_never_crashes(setup: Setup, tiny, steps):
+    """Issue 75: each of these gave the prompt's placeholder a width of 0, and the app died (`range() arg 3 must not be
+    zero`, a 1,000-line traceback)."""
+    size, key, resized = steps
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        if key:
+            await pilot.press(key)
+        if resized:
+            await pilot.resize_terminal(*resized)
+        await pilot.pause(0.2)
+        await typed_and_shown(pilot, app, "hi")
+        width = app.size.width
+        main = app.query_one("#main")
+        assert main.region.width >= width // 2  # the chat keeps at least half the terminal, the list at most the rest
+        assert app.query_one(StatsPanel).folded  # no room beside the chat for the panel
+        view = await ask(pilot, app, "hello")
+        assert view.text
+    assert app.return_code in (None, 0)
+
+
+@run_async
+async def test_at_50x15_the_statistics_fold_under_the_chat_and_the_lists_show_their_rows(setup: Setup, tiny):
+    """Issue 75: at 50x15 the statistics kept 29 columns while the chat got 20; the models list showed one row, and the
+    help only its introduction."""
+    setup.write("".join(local_pair(f"tiny-{i}", tiny["target"], tiny["near"]) for i in range(4)), last_pair="tiny-0", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(50, 15)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        panel, main = app.query_one(StatsPanel), app.query_one("#main")
+        assert panel.folded and main.region.width == 50 and panel.region.width == 50  # the chat has the whole width
+        assert panel.region.y >= main.region.bottom and panel.region.height == 1  # one line under the chat
+        view = await ask(pilot, app, "hello there")
+        line = read_whole(panel)
+        assert "accepted" in line and "tok/s" in line, line  # the chief numbers, each whole
+        assert not line.endswith("·")
+        assert view.region.width > CHAT_MIN_WIDTH - 10
+
+        await pilot.resize_terminal(120, 40)  # room again: the panel is back beside the chat
+        await wait_for(pilot, lambda: not panel.folded and panel.region.width == 30, timeout=5)
+        assert "by position" in read_whole(panel) or "accepted" in read_whole(panel)
+        await pilot.resize_terminal(50, 15)
+        await wait_for(pilot, lambda: panel.folded, timeout=5)
+
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        assert table.size.height >= 4, table.size  # the header and at least three pairs
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.pause()
+        geometry = app.screen.find_widget(app.screen.query_one("MarkdownTable"))  # the keys' table, before any scrolling
+        assert geometry.region.intersection(geometry.clip).height >= 4, (geometry.region, geometry.clip)
