@@ -14,7 +14,6 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 from localspec.catalog.models_toml import CatalogError, Pair
 from localspec.catalog.pair_files import PairCheck, download_status, pair_size, pair_states
 from localspec.catalog.user_pairs import add_user_pair
-from localspec.engine.drafters.registry import bridge_note
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.download_dialog import DownloadView
@@ -28,13 +27,10 @@ def describe_check(result: PairCheck) -> Text:
         size = f" of {format_bytes(report.file_size)}" if report.file_size else ""
         text.append(f"{role:<7}", style="bold")
         text.append(f"{report.summary.describe()}\n       header read {where}: {format_bytes(report.bytes_read)}{size}\n")
-    if result.compatible and result.tokenizers_differ:
-        text.append(f"compatible through text: {bridge_note(result.tokenizers_differ)}", style="bold green")
-    elif result.compatible:
-        text.append("compatible: the draft shares the target's vocabulary", style="bold green")
-    else:
-        text.append(f"incompatible: {result.problem}", style="bold red")
+    text.append(result.verdict, style="bold green" if result.compatible else "bold red")
     text.append(f"  ({result.seconds:.2f} s)")
+    for note in result.notes:
+        text.append(f"\nnote: {note}")
     return text
 
 

@@ -1,0 +1,60 @@
+"""What the app says when a choice is made, not at the first message (issue 75): the pair check's notes, a drafter the
+pair cannot run, a target without a chat template, and what the first answer waits on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+from localspec.hub.config import HubConfig
+from localspec.tui.models_screen import ModelsScreen
+from tests.conftest import cli
+from tests.gguf_files import finish
+from tests.test_app import Setup, local_pair, read_whole, run_async, wait_for
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
+
+
+def renamed_architecture(source: Path, path: Path, architecture: str) -> Path:
+    """`source`'s header (no weights) as another architecture's: enough for `check`, which reads headers only."""
+    reader = GGUFReader(source)
+    old = str(reader.fields["general.architecture"].contents())
+    writer = GGUFWriter(path, architecture)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        kind = field.types[0]
+        if kind == GGUFValueType.ARRAY and not field.contents():
+            continue
+        writer.add_key_value(name.replace(f"{old}.", f"{architecture}.", 1), field.contents(), kind,
+                             sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    return finish(writer, path)
+
+
+@run_async
+async def test_the_models_screens_check_gives_the_notes_check_prints(setup: Setup, tiny, tmp_path: Path):
+    """Issue 75: the app's check of a hybrid target left out the "drafts capped at 8" note that `check` prints."""
+    hybrid = renamed_architecture(tiny["target"], tmp_path / "hybrid.gguf", "qwen35")
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]) + local_pair("hybrid", hybrid, tiny["near"]), last_pair="tiny")
+    printed = cli("check", "--target", str(hybrid), "--draft", str(tiny["near"]))
+    assert printed.returncode == 0, printed.stderr
+    notes = [line for line in printed.stdout.splitlines() if line.startswith("note: ")]
+    assert any("rolls back at most 8 tokens, so each draft is capped there" in note for note in notes), printed.stdout
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        await pilot.press("down", "c")
+        report = app.screen.query_one("#report")
+        await wait_for(pilot, lambda: "compatible" in str(report.render()), timeout=10)
+        shown = " ".join(read_whole(report).split())
+        for note in notes:  # the same words, from the same source
+            assert " ".join(note.split()) in shown, (note, shown)
+        verdict = next(line for line in printed.stdout.splitlines() if line.startswith("compatible"))
+        assert " ".join(verdict.split()) in shown
