@@ -3,6 +3,7 @@ pair cannot run, a target without a chat template, and what the first answer wai
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from localspec.hub.config import HubConfig
 from localspec.tui.models_screen import ModelsScreen
 from tests.conftest import cli
 from tests.gguf_files import finish
-from tests.test_app import Setup, local_pair, read_whole, run_async, wait_for
+from tests.test_app import Setup, ask, local_pair, read_whole, run_async, wait_for
 
 
 @pytest.fixture
@@ -58,3 +59,37 @@ async def test_the_models_screens_check_gives_the_notes_check_prints(setup: Setu
             assert " ".join(note.split()) in shown, (note, shown)
         verdict = next(line for line in printed.stdout.splitlines() if line.startswith("compatible"))
         assert " ".join(verdict.split()) in shown
+
+
+@run_async
+async def test_the_settings_say_which_drafters_a_pair_of_two_tokenizers_runs_as_the_drafter_is_picked(setup: Setup, tiny):
+    """Issue 75: drafter `model` was saved for a pair whose draft has another tokenizer without a word, and the first
+    send failed ("needs a draft with the target's tokenizer, and this pair has none", though it has a draft)."""
+    from textual.widgets import Select
+
+    from localspec.tui.settings_screen import SettingsScreen
+
+    setup.write(local_pair("two-tokenizers", tiny["target"], tiny["other_vocab"]), last_pair="two-tokenizers", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        problem = app.screen.query_one("#drafter-problem")
+        assert read_whole(problem) == ""  # auto runs on it
+        app.screen.query_one("#drafter", Select).value = "model"
+        await wait_for(pilot, lambda: bool(read_whole(problem)))
+        said = " ".join(read_whole(problem).split())
+        assert "needs a draft with the target's tokenizer, which this pair lacks" in said and "pick bridged, auto" in said, said
+        await pilot.press("ctrl+s")  # refused, and said where the form says what is wrong
+        await pilot.pause()
+        assert isinstance(app.screen, SettingsScreen)
+        assert "pick bridged" in " ".join(read_whole(app.screen.query_one("#settings-error")).split())
+        assert json.loads(setup.settings.read_text())["drafter"] == "auto"
+        app.screen.query_one("#drafter", Select).value = "bridged"
+        await wait_for(pilot, lambda: not read_whole(problem))
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen))
+        assert json.loads(setup.settings.read_text())["drafter"] == "bridged"
+        view = await ask(pilot, app, "hello")
+        assert view.text and view.status != "error"

@@ -314,7 +314,7 @@ class LocalspecApp(PairControl, ConversationControl):
             if reload and self.loaded is not None:
                 self.start_loading(self.loaded.pair.id)
 
-        self.push_screen(SettingsScreen(self.settings), saved)
+        self.push_screen(SettingsScreen(self.settings, self.loaded.engine.parts if self.loaded is not None else None), saved)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
