@@ -13,7 +13,7 @@ from localspec.hub.config import HubConfig
 from localspec.tui.models_screen import ModelsScreen
 from tests.conftest import cli
 from tests.gguf_files import finish
-from tests.test_app import Setup, ask, local_pair, read_whole, run_async, wait_for
+from tests.test_app import Setup, answers, ask, local_pair, read_whole, run_async, wait_for
 
 
 @pytest.fixture
@@ -93,3 +93,20 @@ async def test_the_settings_say_which_drafters_a_pair_of_two_tokenizers_runs_as_
         assert json.loads(setup.settings.read_text())["drafter"] == "bridged"
         view = await ask(pilot, app, "hello")
         assert view.text and view.status != "error"
+
+
+@run_async
+async def test_a_target_without_a_chat_template_is_said_at_load_and_the_prompt_is_kept(setup: Setup, tiny):
+    """Issue 75: a model without a chat template loaded fine and failed only on the first message. The app has no raw
+    mode, so the load says what to do instead."""
+    setup.write(local_pair("no-template", tiny["no_template"], tiny["same"]), last_pair="no-template", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        said = [n.message for n in app._notifications if "no chat template" in n.message]
+        assert said and "pick a pair with a chat model (F2)" in said[0] and "generate --raw" in said[0], said
+        app.query_one("#prompt").focus()
+        await pilot.press(*"hello", "enter")
+        await pilot.pause(0.2)
+        assert not answers(app) and app.query_one("#prompt").text == "hello"  # nothing sent, nothing lost
+        assert len([n for n in app._notifications if "no chat template" in n.message]) == 2

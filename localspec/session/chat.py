@@ -16,7 +16,7 @@ from typing import Any
 
 from localspec import paths
 from localspec.catalog.models_toml import Pair
-from localspec.engine.chat import Message, message_dicts
+from localspec.engine.chat import Message, chat_problem, message_dicts
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
@@ -49,6 +49,7 @@ class LoadedPair:
     backend: str
     plan: MemoryPlan
     layers: list[OffloadedLayers]  # what llama.cpp was actually given, beside the plan
+    chat_problem: str = ""  # why no conversation can be formatted for the target (no chat template), found at load
 
     def close(self) -> None:
         self.engine.close()
@@ -69,7 +70,7 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
     try:
         plain_ms = plain_baseline_ms(engine, on_stage, cancel)
         layers = [offloaded_layers(model) for model in (engine.draft, engine.target) if model is not None]
-        return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers)
+        return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers, chat_problem(engine.target))
     except BaseException:
         engine.close()
         raise

@@ -150,6 +150,9 @@ class LocalspecApp(PairControl, ConversationControl):
         if self.loaded is None:
             self.notify("No pair is loaded yet" + (f" ({self.loading_pair} is loading)." if self.loading_pair else ": pick one with F2."), severity="warning")
             return
+        if self.loaded.chat_problem:  # said at load; the prompt stays in the box
+            self.notify(self.cannot_chat(self.loaded.chat_problem), severity="error", timeout=15)
+            return
         assert self.conversation_id is not None
         try:
             message_id = self.history.add_user_message(self.conversation_id, event.text)
