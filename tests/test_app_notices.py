@@ -110,3 +110,35 @@ async def test_a_target_without_a_chat_template_is_said_at_load_and_the_prompt_i
         await pilot.pause(0.2)
         assert not answers(app) and app.query_one("#prompt").text == "hello"  # nothing sent, nothing lost
         assert len([n for n in app._notifications if "no chat template" in n.message]) == 2
+
+
+@run_async
+async def test_the_first_answer_says_how_far_auto_has_timed_this_machines_passes(setup: Setup, tiny, monkeypatch, tmp_path):
+    """Issue 75: the first answer showed "preparing the auto drafter…" for about 60 s on a busy machine, while auto timed
+    the models' passes, with no word of what it did or how far it was."""
+    import re
+
+    from localspec.tui.message_view import MessageView
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no costs measured here before: auto times them now
+    said: list[str] = []
+    set_waiting = MessageView.set_waiting
+
+    def heard(view: MessageView, stage: str) -> None:  # every stage the header showed, however fast they passed
+        said.append(stage)
+        set_waiting(view, stage)
+
+    monkeypatch.setattr(MessageView, "set_waiting", heard)
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = await ask(pilot, app, "hello")
+        assert view.text
+    timing = [re.fullmatch(r"preparing the auto drafter: timing the models' passes on this machine, (\d+) of (\d+) \(once per pair\)", s)
+              for s in said]
+    counts = [(int(m[1]), int(m[2])) for m in timing if m]
+    assert counts, said
+    total = counts[0][1]
+    assert [done for done, _ in counts] == list(range(1, total + 1)) and all(t == total for _, t in counts)
+    assert said.index("preparing the auto drafter") < said.index(next(s for s in said if "timing" in s))
+    assert any(s.startswith("reading the prompt") for s in said[said.index(next(s for s in said if f"{total} of" in s)):])

@@ -155,9 +155,10 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     """
     engine = loaded.engine
     request = resolve(settings.asked, parts=engine.parts, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES)
+    preparing = f"preparing the {request.drafter} drafter"
     if not engine.has_decoder(request.drafter):
-        on_stage(f"preparing the {request.drafter} drafter")
-    decoder: Decoder = engine.decoder(request.drafter)
+        on_stage(preparing)
+    decoder: Decoder = engine.decoder(request.drafter, lambda stage: on_stage(f"{preparing}: {stage}"))
     fitted = fit_conversation(engine.target, messages, answer_room(engine.target.n_ctx, settings.max_tokens))
     prompt = fitted.tokens
     on_stage(f"reading the prompt ({len(prompt)} tokens)")
