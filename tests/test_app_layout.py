@@ -99,3 +99,63 @@ async def test_at_50x15_the_statistics_fold_under_the_chat_and_the_lists_show_th
         await pilot.pause()
         geometry = app.screen.find_widget(app.screen.query_one("MarkdownTable"))  # the keys' table, before any scrolling
         assert geometry.region.intersection(geometry.clip).height >= 4, (geometry.region, geometry.clip)
+
+
+def mid_word_breaks(message: str, lines: list[str]) -> list[str]:
+    """Where the toast's lines break inside a word of `message`, other than after a path's slash or a name's dash."""
+    flat = "".join(message.split())
+    word_ends, position = set(), 0
+    for word in message.split():
+        position += len(word)
+        word_ends.add(position)
+    breaks, position = [], 0
+    for line in lines[:-1]:
+        position += len("".join(line.split()))
+        if position not in word_ends and flat[position - 1] not in "/-_.":
+            breaks.append(f"{flat[position - 8:position]}|{flat[position:position + 8]}")
+    return breaks
+
+
+@pytest.mark.parametrize("size", [(50, 15), (80, 24)])
+@run_async
+async def test_a_toast_breaks_between_words_and_a_path_after_its_slashes(setup: Setup, tiny, size):
+    """Issue 75: toasts broke mid-word ("setting s.json", "GGU F/")."""
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
+    setup.settings.with_suffix(".json.tmp").mkdir()  # the settings cannot be saved: the notice names their path
+    app = setup.app()
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await wait_for(pilot, lambda: any("could not be saved" in n.message for n in app._notifications))
+        notice = next(n for n in app._notifications if "could not be saved" in n.message)
+        await wait_for(pilot, lambda: any(t._notification is notice and t.region.width for t in app.screen.query(Toast)))
+        toast = next(t for t in app.screen.query(Toast) if t._notification is notice)
+        read_whole(toast)  # inside the screen
+        lines = [text for strip in toast.render_lines(toast.region.reset_offset) if (text := strip.text.strip(" ▌▐"))]
+        assert "".join("".join(lines).split()) == "".join(notice.message.split())  # the whole notice, nothing cut off
+        assert len(lines) > 1 and not mid_word_breaks(notice.message, lines), (lines, mid_word_breaks(notice.message, lines))
+        assert any(line.rstrip().endswith("/") for line in lines)  # the path broke after a slash
+        assert toast.region.width >= min(size[0], 60) - 2  # the terminal's width where it has fewer than 60 columns
+
+
+@run_async
+async def test_the_models_list_reads_whole_at_80x24_and_a_local_pair_says_what_it_needs(setup: Setup, tiny):
+    """Issue 75: tags in the models list were cut at the edge ("reasonin"), and a pair of local files read "needs ?"."""
+    from localspec.engine import defaults
+    from localspec.machine.memory_plan import read_footprint
+    from localspec.units import format_bytes
+
+    tagged = local_pair("tagged", tiny["target"], tiny["near"]).replace(
+        'title = "Pair tagged"\n', 'title = "Pair tagged"\ntags = ["code", "chat", "reasoning", "multilingual"]\n')
+    setup.write(local_pair("tiny", tiny["target"], tiny["near"]) + tagged, last_pair="tiny", max_tokens=8)
+    app = setup.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.loaded is not None)
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        assert table.virtual_size.width <= table.size.width, (table.virtual_size, table.size)  # no column past the edge
+        footprint = sum(read_footprint(path, defaults.N_CTX).total_bytes for path in (tiny["target"], tiny["near"]))
+        assert table.get_row("tiny")[4] == format_bytes(footprint)  # the planner's reading of its headers
+        await pilot.press("down")
+        await pilot.pause()
+        assert "tags: code, chat, reasoning, multilingual" in " ".join(read_whole(app.screen.query_one("#detail")).split())

@@ -17,6 +17,7 @@ from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -39,6 +40,7 @@ from localspec.tui.pair_control import PairControl
 from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
+from localspec.tui.toast_text import breakable, toast_text_width
 
 CLOSING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # `kill`, a closed terminal window: the exit status is 128 + the signal
 SIDEBAR_MIN_WIDTH = 100  # narrower, the conversation list would squeeze the chat: it hides (Ctrl+B shows it)
@@ -134,6 +136,12 @@ class LocalspecApp(PairControl, ConversationControl):
             return
         sidebar = min(SIDEBAR_WIDTH, width // 2) if main.query_one("#sidebar").display else 0
         main.query_one(StatsPanel).fold(width - sidebar - STATS_WIDTH < CHAT_MIN_WIDTH)
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every toast, broken between words and after a path's slashes (toast_text): Textual cut them mid-word."""
+        super().notify(breakable(message, toast_text_width(self.size.width)), title=title, severity=severity, timeout=timeout,
+                       markup=markup)
 
     def reload_catalog(self) -> None:
         try:
