@@ -159,3 +159,18 @@ async def test_the_models_list_reads_whole_at_80x24_and_a_local_pair_says_what_i
         await pilot.press("down")
         await pilot.pause()
         assert "tags: code, chat, reasoning, multilingual" in " ".join(read_whole(app.screen.query_one("#detail")).split())
+
+
+def test_the_folded_statistics_keep_each_number_whole_or_leave_it_out():
+    from dataclasses import replace
+
+    from localspec.tui.stats_panel import render_summary, summary_parts
+    from tests.test_stats_panel import DRAFTED
+
+    parts = summary_parts(DRAFTED)
+    assert parts[:2] == ["70.0% accepted", "1.40× plain"]
+    for width in range(10, 90):
+        line = render_summary(DRAFTED, width).plain
+        assert len(line) <= width and (not line or all(part in parts for part in line.split(" · "))), (width, line)
+    assert render_summary(replace(DRAFTED, drafter="auto", acceptance_answer=None), 80).plain.startswith("nothing drafted yet")
+    assert render_summary(replace(DRAFTED, drafter="none", draft_max=0), 80).plain.startswith("plain ·")

@@ -69,7 +69,10 @@ def render_snapshot(s: StatsSnapshot) -> Text:
 
 def summary_parts(s: StatsSnapshot) -> list[str]:
     """The panel's chief numbers, most telling first: its one line where the terminal has no room for the panel."""
-    parts = ["plain" if not registry.spec(s.drafter).drafts or s.draft_max == 0 else f"{percent(s.acceptance_answer).strip()} accepted"]
+    if not registry.spec(s.drafter).drafts or s.draft_max == 0:
+        parts = ["plain"]
+    else:
+        parts = [f"{percent(s.acceptance_answer).strip()} accepted" if s.acceptance_answer is not None else "nothing drafted yet"]
     if s.speedup is not None and s.plain_tokens_per_second and s.acceptance_answer is not None:
         parts.append(f"{s.speedup:.2f}× plain")
     parts += [f"{s.tokens_per_second_avg:.1f} tok/s", f"{s.tokens_per_pass:.2f} tok/pass", f"context {s.context_used}/{s.n_ctx}"]
