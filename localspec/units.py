@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+GIB = 1 << 30  # a catalog's memory_gib is in binary gigabytes
+
 
 def format_bytes(n: float) -> str:
     """Decimal units, as disks and the hub count them: 1.5 GB is 1.5e9 bytes."""

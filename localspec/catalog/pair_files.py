@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair
+from localspec.engine.drafters.registry import bridge_note
 from localspec.engine.errors import PairMismatchError
 from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_eagle3_head, tokenizer_difference
 from localspec.gguf.header import GGUFHeader, read_local_header
+from localspec.gguf.memory_kind import memory_kind
 from localspec.gguf.summary import ModelSummary
 from localspec.hub import cache
 from localspec.hub.config import HubConfig
@@ -128,6 +130,33 @@ class PairCheck:
     @property
     def compatible(self) -> bool:
         return self.problem is None
+
+    @property
+    def verdict(self) -> str:
+        """Whether and how the draft can draft for the target, in the one wording `check` and the app's models screen say."""
+        if not self.compatible:
+            return f"incompatible: {self.problem}"
+        target, draft = self.target.summary, self.draft.summary
+        if draft.architecture == EAGLE3_ARCHITECTURE:
+            return ("compatible: the draft is an EAGLE-3 head made for a target of this shape (it reads three of its layers); "
+                    "--drafter eagle3, or auto, drafts with it.")
+        if self.tokenizers_differ:
+            return f"compatible through text: {bridge_note(self.tokenizers_differ)}"
+        return (f"compatible: the draft shares the target's {target.vocab_type} vocabulary "
+                f"({draft.n_vocab} and {target.n_vocab} tokens, identical text from id 5).")
+
+    @property
+    def notes(self) -> list[str]:
+        """What the target's own file means for drafting (a hybrid's capped drafts, MTP layers), for a usable pair."""
+        if not self.compatible:
+            return []
+        target = self.target.summary
+        notes = []
+        if reason := memory_kind(target.architecture).reason:
+            notes.append(f"the target ({target.architecture}) is a recurrent or hybrid model: {reason}.")
+        if target.mtp_note:
+            notes.append(f"the target: {target.mtp_note}.")
+        return notes
 
 
 def read_model_header(config: HubConfig, ref: ModelRef) -> HeaderReport:

@@ -24,10 +24,7 @@ from localspec.catalog.pair_files import (
 )
 from localspec.cli.confirm import confirmed
 from localspec.cli.progress_bar import ProgressBar
-from localspec.engine.drafters.registry import bridge_note
-from localspec.engine.pair_check import EAGLE3_ARCHITECTURE
 from localspec.errors import UsageError
-from localspec.gguf.memory_kind import memory_kind
 from localspec.gguf.split import split_parts
 from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader
@@ -137,22 +134,11 @@ def _print_check(result: PairCheck) -> None:
     share = f" of {format_bytes(total_size)} ({100 * total_read / total_size:.2f}%)" if total_size else ""
     print(f"read {format_bytes(total_read)}{share} in {result.seconds:.2f} s")
     if result.compatible:
-        t, d = result.target.summary, result.draft.summary
-        if d.architecture == EAGLE3_ARCHITECTURE:
-            print("compatible: the draft is an EAGLE-3 head made for a target of this shape (it reads three of its layers); "
-                  "--drafter eagle3, or auto, drafts with it.")
-        elif result.tokenizers_differ:
-            print(f"compatible through text: {bridge_note(result.tokenizers_differ)}")
-        else:
-            print(f"compatible: the draft shares the target's {t.vocab_type} vocabulary "
-                  f"({d.n_vocab} and {t.n_vocab} tokens, identical text from id 5).")
-        reason = memory_kind(t.architecture).reason
-        if reason:
-            print(f"note: the target ({t.architecture}) is a recurrent or hybrid model: {reason}.")
-        if t.mtp_note:
-            print(f"note: the target: {t.mtp_note}.")
+        print(result.verdict)
+        for note in result.notes:
+            print(f"note: {note}")
     else:
-        print(f"incompatible: {result.problem}", file=sys.stderr)
+        print(result.verdict, file=sys.stderr)
 
 
 def _read_note(report: HeaderReport) -> str:

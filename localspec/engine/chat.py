@@ -67,6 +67,16 @@ def render_messages(model: Model, messages: list[dict[str, Any]], tools: list[di
         ) from exc
 
 
+def chat_problem(model: Model) -> str:
+    """Why a conversation cannot be formatted for `model` ('' where it can): a load says it, before the first message
+    fails on it."""
+    try:
+        render_messages(model, [{"role": "user", "content": "hello"}])
+    except ChatTemplateError as exc:
+        return str(exc)
+    return ""
+
+
 def chat_prompt_tokens(model: Model, messages: list[Message]) -> list[int]:
     """Tokenize the rendered chat with special tokens parsed; the template already placed BOS."""
     return model.vocab.tokenize(render_chat(model, messages), add_special=False, parse_special=True)

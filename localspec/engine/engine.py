@@ -79,6 +79,7 @@ class Engine:
             raise
         self.batch_costs: CostTable | None = None  # the slots' shared costs, once batch() opened several
         self._n_slots = 1
+        self._building_stage: Callable[[str], object] = lambda _stage: None  # who hears a drafter's building (decoder())
         self._let_drafters_go()
         self.plain = self.decoder("none")
 
@@ -119,11 +120,19 @@ class Engine:
         """Whether the named drafter's decoder is built (building one may time the machine's passes first)."""
         return drafter in self._decoders
 
-    def decoder(self, drafter: str) -> Decoder:
-        """One sequence's generations with the named drafter (kept, as the drafter is)."""
+    def decoder(self, drafter: str, on_stage: Callable[[str], object] | None = None) -> Decoder:
+        """One sequence's generations with the named drafter (kept, as the drafter is); `on_stage` hears what building it
+        waits on (auto's first timing of this machine's passes)."""
         if drafter not in self._decoders:
-            self._decoders[drafter] = Decoder(self.target, self.drafter(drafter))
+            self._building_stage = on_stage or (lambda _stage: None)
+            try:
+                self._decoders[drafter] = Decoder(self.target, self.drafter(drafter))
+            finally:
+                self._building_stage = lambda _stage: None
         return self._decoders[drafter]
+
+    def report(self, stage: str) -> None:
+        self._building_stage(stage)
 
     def batch(self, n_slots: int, costs: CostTable | None = None) -> BatchScheduler:
         """Several generations at once (a server's slots) on this pair. The caches reopen with a sequence per slot,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -175,7 +175,25 @@ class CostTable:
             table.observe(n, ms, switched)
 
 
-def time_passes(model: Timed, sizes: Sequence[int], repeats: int) -> PassCosts:
+def passes_timed(model: Timed, sizes: Sequence[int], repeats: int) -> int:
+    """How many passes time_passes runs: each size once untimed, then twice per repeat."""
+    return sum(1 + 2 * repeats for n in sizes if n <= model.n_batch)
+
+
+def progress(on_stage: Callable[[str], object], what: str, total: int) -> Callable[[], None]:
+    """A tick per pass that tells `on_stage` how far the timing is: on a busy machine it took a minute before the first
+    token, said only as "preparing the auto drafter"."""
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        on_stage(f"timing {what} passes on this machine, {done} of {total} (once per pair)")
+
+    return tick
+
+
+def time_passes(model: Timed, sizes: Sequence[int], repeats: int, on_pass: Callable[[], object] = lambda: None) -> PassCosts:
     """Time `model` on each pass size, from an empty cache (then emptied again): each size twice in a row, the first
     after another size (a new graph), the second after its own (the graph reused).
 
@@ -187,6 +205,7 @@ def time_passes(model: Timed, sizes: Sequence[int], repeats: int) -> PassCosts:
     A size's sample in a repeat is the faster of its pair: another process can only slow a pass, and one slowed sample
     priced a size for good (auto never runs a size it prices high, so no pass corrects it: 2 tokens kept 2.58 one-token
     passes where they cost 1.85, 8 kept 8.41 against 7.1).
+    `on_pass` hears each pass end (passes_timed counts them).
     """
     token = model.vocab.bos if model.vocab.bos >= 0 else 0
     sizes = [n for n in sizes if n <= model.n_batch]
@@ -195,9 +214,10 @@ def time_passes(model: Timed, sizes: Sequence[int], repeats: int) -> PassCosts:
     for n in sizes:  # untimed: the first pass of a shape pays for what later ones reuse (module docstring)
         model.forget(0)
         model.decode([token] * n, outputs=n)
+        on_pass()
     for _ in range(repeats):
         for n in sizes:
-            after_another, after_itself = (_timed_pass(model, token, n) for _ in range(2))
+            after_another, after_itself = (_timed_pass(model, token, n, on_pass) for _ in range(2))
             runs[n].append(min(after_another, after_itself))
             switches.append(after_another - after_itself)
     model.forget(0)
@@ -210,13 +230,18 @@ def time_passes(model: Timed, sizes: Sequence[int], repeats: int) -> PassCosts:
     return costs
 
 
-def _timed_pass(model: Timed, token: int, n: int) -> float:
+def _timed_pass(model: Timed, token: int, n: int, on_pass: Callable[[], object]) -> float:
     model.forget(0)
     start = time.perf_counter()
     model.decode([token] * n, outputs=n)
-    return (time.perf_counter() - start) * 1000
+    ms = (time.perf_counter() - start) * 1000
+    on_pass()
+    return ms
 
 
-def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = CALIBRATION_REPEATS) -> CostTable:
-    """Both models timed at a few pass sizes (time_passes)."""
-    return CostTable(time_passes(target, sizes, repeats), None if draft is None else time_passes(draft, sizes, repeats))
+def calibrate(target: Model, draft: Model | None, sizes: Sequence[int] = CALIBRATION_SIZES, repeats: int = CALIBRATION_REPEATS,
+              on_stage: Callable[[str], object] = lambda _stage: None) -> CostTable:
+    """Both models timed at a few pass sizes (time_passes); `on_stage` hears how many passes are done."""
+    total = sum(passes_timed(model, sizes, repeats) for model in (target, draft) if model is not None)
+    tick = progress(on_stage, "the models'", total)
+    return CostTable(time_passes(target, sizes, repeats, tick), None if draft is None else time_passes(draft, sizes, repeats, tick))

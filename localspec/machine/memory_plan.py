@@ -177,6 +177,12 @@ def read_footprint(path: Path, n_ctx: int, n_seq: int = 1) -> ModelFootprint:
     return footprint([read_local_header(part) for part in parts], n_ctx, path.name, n_seq=n_seq)
 
 
+def pair_footprint_bytes(target: Path, draft: Path | None, n_ctx: int) -> int:
+    """RAM or VRAM both models take at `n_ctx`, from their headers: what a catalog pair's memory_gib estimates, for a
+    pair of the user's own files, which has none."""
+    return sum(read_footprint(path, n_ctx).total_bytes for path in (target, draft) if path is not None)
+
+
 @dataclass(frozen=True)
 class DeviceMemory:
     """What the planner may use. localspec.machine.device measures it; tests pass made-up sizes."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from localspec import paths
 from localspec.catalog.models_toml import Pair
-from localspec.engine.chat import Message, message_dicts
+from localspec.engine.chat import Message, chat_problem, message_dicts
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.engine import Engine, EngineConfig
@@ -51,6 +51,7 @@ class LoadedPair:
     backend: str
     plan: MemoryPlan
     layers: list[OffloadedLayers]  # what llama.cpp was actually given, beside the plan
+    chat_problem: str = ""  # why no conversation can be formatted for the target (no chat template), found at load
 
     def close(self) -> None:
         self.engine.close()
@@ -71,7 +72,7 @@ def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
     try:
         plain_ms = plain_baseline_ms(engine, on_stage, cancel)
         layers = [offloaded_layers(model) for model in (engine.draft, engine.target) if model is not None]
-        return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers)
+        return LoadedPair(pair, engine, plain_ms, backend_name(), plan, layers, chat_problem(engine.target))
     except BaseException:
         engine.close()
         raise
@@ -157,9 +158,10 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     """
     engine = loaded.engine
     request = resolve(settings.asked, parts=engine.parts, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES)
+    preparing = f"preparing the {request.drafter} drafter"
     if not engine.has_decoder(request.drafter):
-        on_stage(f"preparing the {request.drafter} drafter")
-    decoder: Decoder = engine.decoder(request.drafter)
+        on_stage(preparing)
+    decoder: Decoder = engine.decoder(request.drafter, lambda stage: on_stage(f"{preparing}: {stage}"))
     fitted = fit_conversation(engine.target, messages, answer_room(engine.target.n_ctx, settings.max_tokens))
     prompt = fitted.tokens
     on_stage(f"reading the prompt ({len(prompt)} tokens)")

@@ -78,8 +78,8 @@ def resolve(asked: Asked, *, parts: registry.PairParts, context: int, pair: Pair
     if registry.DRAFTERS[drafter].needs_draft_model and not parts.draft_model:
         raise UsageError(f"{names['drafter']} {drafter} needs a draft model, and none is loaded: load a pair with a draft, "
                          f"or pick a drafter that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
-    if lacking := parts.lacks(registry.DRAFTERS[drafter]):
-        raise UsageError(f"{names['drafter']} {drafter} needs {lacking}, and this pair has none: load one, or pick another drafter.")
+    if problem := parts.problem(drafter):
+        raise UsageError(f"{names['drafter']} {drafter}: {problem}, or load another pair.")
     p_min = draft_p_min(asked.draft_p_min, pair)
     if not 0.0 <= p_min <= 1.0:
         raise UsageError(f"{names['draft_p_min']} must be from 0 to 1, not {p_min}.")

@@ -17,6 +17,7 @@ from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -39,9 +40,15 @@ from localspec.tui.pair_control import PairControl
 from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
+from localspec.tui.toast_text import breakable, toast_text_width
 
 CLOSING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # `kill`, a closed terminal window: the exit status is 128 + the signal
 SIDEBAR_MIN_WIDTH = 100  # narrower, the conversation list would squeeze the chat: it hides (Ctrl+B shows it)
+SIDEBAR_WIDTH = 24  # the stylesheet's #sidebar width, and at most half the terminal's (Ctrl+B at 30 columns)
+STATS_WIDTH = 30  # the stylesheet's #stats width, beside the chat
+# The chat keeps at least this many columns beside the statistics; narrower, the panel folds into one line under the
+# chat (at 50x15 it kept 29 columns while the chat got 20, and with the list shown too the prompt got none: a crash).
+CHAT_MIN_WIDTH = 46
 LOAD_SETTINGS = ("n_ctx", "target_gpu_layers", "draft_gpu_layers", "threads", "self_draft_layers", "rpc_servers")  # changing these reloads the pair
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 
@@ -102,6 +109,7 @@ class LocalspecApp(PairControl, ConversationControl):
         self.query_one("#messages", VerticalScroll).anchor()
         self.wide = self.size.width >= SIDEBAR_MIN_WIDTH
         self.query_one("#sidebar").display = self.wide
+        self.fit_panes(self.size.width)
         self.query_one(PromptInput).focus()
         self.set_interval(2.0, self.refresh_device_line)
         self.open_pair(self.settings.last_pair if self.settings.last_pair in self.catalog.pairs else self.catalog.default_id)
@@ -114,6 +122,26 @@ class LocalspecApp(PairControl, ConversationControl):
             for sidebar in self.screen_stack[0].query("#sidebar"):
                 sidebar.display = wide
         self.wide = wide
+        self.fit_panes(event.size.width)
+
+    def action_toggle_sidebar(self) -> None:
+        sidebar = self.query_one("#sidebar")
+        sidebar.display = not sidebar.display
+        self.fit_panes(self.size.width)
+
+    def fit_panes(self, width: int) -> None:
+        """The statistics sit beside the chat where it keeps CHAT_MIN_WIDTH columns, else fold into a line under it."""
+        main = self.screen_stack[0] if self.screen_stack else None
+        if main is None or not main.query("#stats"):
+            return
+        sidebar = min(SIDEBAR_WIDTH, width // 2) if main.query_one("#sidebar").display else 0
+        main.query_one(StatsPanel).fold(width - sidebar - STATS_WIDTH < CHAT_MIN_WIDTH)
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every toast, broken between words and after a path's slashes (toast_text): Textual cut them mid-word."""
+        super().notify(breakable(message, toast_text_width(self.size.width)), title=title, severity=severity, timeout=timeout,
+                       markup=markup)
 
     def reload_catalog(self) -> None:
         try:
@@ -129,6 +157,9 @@ class LocalspecApp(PairControl, ConversationControl):
             return
         if self.loaded is None:
             self.notify("No pair is loaded yet" + (f" ({self.loading_pair} is loading)." if self.loading_pair else ": pick one with F2."), severity="warning")
+            return
+        if self.loaded.chat_problem:  # said at load; the prompt stays in the box
+            self.notify(self.cannot_chat(self.loaded.chat_problem), severity="error", timeout=15)
             return
         assert self.conversation_id is not None
         try:
@@ -296,7 +327,7 @@ class LocalspecApp(PairControl, ConversationControl):
             if reload and self.loaded is not None:
                 self.start_loading(self.loaded.pair.id)
 
-        self.push_screen(SettingsScreen(self.settings), saved)
+        self.push_screen(SettingsScreen(self.settings, self.loaded.engine.parts if self.loaded is not None else None), saved)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -82,7 +82,3 @@ class ConversationControl(AppState):
                 self.notify("System prompt saved for this conversation.", timeout=3)
 
         self.push_screen(TextDialog("System prompt for this conversation (Ctrl+S saves)", conversation.system_prompt, multiline=True), edited)
-
-    def action_toggle_sidebar(self) -> None:
-        sidebar = self.query_one("#sidebar")
-        sidebar.display = not sidebar.display

@@ -64,12 +64,8 @@ class TextDialog(ModalScreen["str | None"]):
             self.dismiss(None)
 
 
+# The keys first: on a short terminal (50x15) the help showed only its introduction, the keys below the fold.
 HELP = """\
-# localspec
-
-Chat with a local model pair: a small **draft** model proposes tokens, the large **target**
-model checks them in one pass. The output is the target's own.
-
 | key | does |
 |---|---|
 | Enter | send the prompt |
@@ -86,11 +82,15 @@ model checks them in one pass. The output is the target's own.
 | Ctrl+P | all commands (rename, delete, copy a code block...) |
 | Ctrl+Q | quit |
 
+**localspec** chats with a local model pair: a small **draft** model proposes tokens, the large
+**target** model checks them in one pass. The output is the target's own.
+
 **The panel.** *accepted*: draft tokens the target confirmed, for this answer and this chat.
 *tok/pass*: tokens emitted per target pass (plain decoding is 1). *by position*: how often the
 draft's 1st, 2nd... token survives, among the drafts that reached it (past 8 positions, one character
 each: ▁ none, █ all). *vs plain*: this answer's rate over the target's own plain
-rate, timed on this machine.
+rate, timed on this machine. Where the terminal is too narrow for the panel beside the chat, its
+chief numbers fold into one line under it.
 """
 
 

@@ -12,13 +12,15 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from localspec.catalog.models_toml import CatalogError, Pair
-from localspec.catalog.pair_files import PairCheck, download_status, pair_size, pair_states
+from localspec.catalog.pair_files import PairCheck, download_status, local_pair_paths, pair_size, pair_states
 from localspec.catalog.user_pairs import add_user_pair
-from localspec.engine.drafters.registry import bridge_note
+from localspec.engine import defaults
+from localspec.errors import LocalspecError
+from localspec.machine.memory_plan import pair_footprint_bytes
 from localspec.tui import messages as m
 from localspec.tui import workers
 from localspec.tui.download_dialog import DownloadView
-from localspec.units import format_bytes
+from localspec.units import GIB, format_bytes
 
 
 def describe_check(result: PairCheck) -> Text:
@@ -28,13 +30,10 @@ def describe_check(result: PairCheck) -> Text:
         size = f" of {format_bytes(report.file_size)}" if report.file_size else ""
         text.append(f"{role:<7}", style="bold")
         text.append(f"{report.summary.describe()}\n       header read {where}: {format_bytes(report.bytes_read)}{size}\n")
-    if result.compatible and result.tokenizers_differ:
-        text.append(f"compatible through text: {bridge_note(result.tokenizers_differ)}", style="bold green")
-    elif result.compatible:
-        text.append("compatible: the draft shares the target's vocabulary", style="bold green")
-    else:
-        text.append(f"incompatible: {result.problem}", style="bold red")
+    text.append(result.verdict, style="bold green" if result.compatible else "bold red")
     text.append(f"  ({result.seconds:.2f} s)")
+    for note in result.notes:
+        text.append(f"\nnote: {note}")
     return text
 
 
@@ -48,6 +47,10 @@ class ModelsScreen(Screen[None]):
         Binding("escape", "back", "Back"),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._measured_needs: dict[str, int | None] = {}  # read once per visit: a header read is not free
+
     def compose(self) -> ComposeResult:
         yield Label("Models: Enter uses the selected pair · d downloads · c checks it from its headers · a adds your own", classes="title")
         yield DataTable(id="pairs", cursor_type="row", zebra_stripes=True)
@@ -59,7 +62,8 @@ class ModelsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("", "pair", "downloaded", "size", "needs", "tags")
+        # no tags column: cut at the screen's edge ("reasonin"), they are whole in the selected pair's detail
+        table.add_columns("", "pair", "downloaded", "size", "needs")
         self.refresh_rows()
         current = self.app.loaded.pair.id if self.app.loaded is not None else self.app.settings.last_pair  # type: ignore[attr-defined]
         ids = list(self.app.catalog.pairs)  # type: ignore[attr-defined]
@@ -80,10 +84,26 @@ class ModelsScreen(Screen[None]):
                 status = "downloading"
             size = pair_size(states)
             loaded = app.loaded is not None and app.loaded.pair.id == pair.id  # type: ignore[attr-defined]
+            needs = self.memory_needed(pair, status)
             table.add_row("▶" if loaded else "", pair.id, status, format_bytes(size) if size else "?",
-                          f"{pair.memory_gib:.1f} GiB" if pair.memory_gib else "?", ", ".join(pair.tags), key=pair.id)
+                          format_bytes(needs) if needs else "?", key=pair.id)
         if table.row_count:
             table.move_cursor(row=min(selected, table.row_count - 1))
+
+    def memory_needed(self, pair: Pair, status: str) -> int | None:
+        """The catalog's estimate, else (the user's own files) what the planner reads from the headers on disk, at the
+        context the catalog's estimates assume: a local pair read "needs ?"."""
+        if pair.memory_gib:
+            return int(pair.memory_gib * GIB)
+        if status != "yes":
+            return None
+        if pair.id not in self._measured_needs:
+            try:
+                target, draft = local_pair_paths(self.app.hub_config, pair)  # type: ignore[attr-defined]
+                self._measured_needs[pair.id] = pair_footprint_bytes(target, draft, defaults.N_CTX)
+            except LocalspecError:  # not a GGUF file, say: the load says what is wrong
+                self._measured_needs[pair.id] = None
+        return self._measured_needs[pair.id]
 
     def selected_pair(self) -> Pair | None:
         table = self.query_one(DataTable)
@@ -100,6 +120,8 @@ class ModelsScreen(Screen[None]):
         for role, ref in (("target", pair.target), ("draft", pair.draft)):
             facts = ", ".join(x for x in (ref.quantization, format_bytes(ref.size) if ref.size else None, ref.license) if x)
             lines.append(f"{role}: {ref.label}" + (f" ({facts})" if facts else ""))
+        if pair.tags:
+            lines.append(f"tags: {', '.join(pair.tags)}")
         if pair.draft_max:
             lines.append(f"recommended: draft-max {pair.draft_max}, p-min {pair.draft_p_min}")
         if pair.notes:

@@ -82,6 +82,12 @@ class PairControl(AppState):
             self.notify(f"Memory plan: {warning}.", severity="warning", timeout=15)
         if message.loaded.engine.drafting_note:
             self.notify(f"Drafting: {message.loaded.engine.drafting_note}.", severity="warning", timeout=15)
+        if message.loaded.chat_problem:
+            self.notify(self.cannot_chat(message.loaded.chat_problem), severity="error", timeout=30)
+
+    def cannot_chat(self, problem: str) -> str:
+        """What to do with a pair the app cannot chat with: the app has no raw mode, the command line has."""
+        return f"This pair cannot chat: {problem} The app only chats, so pick a pair with a chat model (F2)."
 
     def on_pair_load_failed(self, message: m.PairLoadFailed) -> None:
         if message.pair_id != self.loading_pair:

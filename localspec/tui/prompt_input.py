@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from textual import events
 from textual.message import Message
+from textual.strip import Strip
 from textual.widgets import TextArea
 
 PLACEHOLDER = "Ask something. Enter sends; Ctrl+J starts a new line; F1 lists every key."
@@ -18,6 +19,13 @@ class PromptInput(TextArea):
         kwargs.setdefault("placeholder", PLACEHOLDER)
         super().__init__(soft_wrap=True, show_line_numbers=False, **kwargs)  # type: ignore[arg-type]
         self.cursor_blink = False
+
+    def render_line(self, y: int) -> Strip:
+        """Nothing where the box has no columns left for text: Textual's placeholder, wrapped to width 0, raised
+        `range() arg 3 must not be zero` (the app then died with a 1,000-line traceback)."""
+        if self.content_size.width < 1:
+            return Strip.blank(self.size.width)
+        return super().render_line(y)
 
     @dataclass
     class Submitted(Message):

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
 from localspec.engine.defaults import AUTO_DRAFT_MAX
-from localspec.engine.drafters.registry import DRAFTERS
+from localspec.engine.drafters.registry import DRAFTERS, PairParts
 from localspec.session.settings import Settings, SettingsError
 
 # (field, label, help) in the order shown; None values mean "automatic"
@@ -53,9 +53,11 @@ def parse_field(name: str, text: str) -> Any:
 class SettingsScreen(ModalScreen["Settings | None"]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "save", "Save")]
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, parts: PairParts | None = None) -> None:
+        """`parts`: what the loaded pair offers the drafters (None while none is loaded)."""
         super().__init__()
         self.settings = settings
+        self.parts = parts
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog settings"):
@@ -63,8 +65,10 @@ class SettingsScreen(ModalScreen["Settings | None"]):
             with VerticalScroll():
                 with Horizontal(classes="field"):
                     yield Label("drafter", classes="field-label")
-                    yield Select([(f"{d.name}: {d.description}", d.name) for d in DRAFTERS.values()], value=self.settings.drafter,
-                                 allow_blank=False, id="drafter")
+                    with Vertical(classes="field-input"):
+                        yield Select([(f"{d.name}: {d.description}", d.name) for d in DRAFTERS.values()],
+                                     value=self.settings.drafter, allow_blank=False, id="drafter")
+                        yield Label(self.drafter_problem(self.settings.drafter), id="drafter-problem", classes="error")
                 for name, label, help_text in FORM:
                     value = getattr(self.settings, name)
                     with Horizontal(classes="field"):
@@ -82,6 +86,15 @@ class SettingsScreen(ModalScreen["Settings | None"]):
     def on_mount(self) -> None:
         self.query_one("#drafter", Select).focus()  # the keyboard starts in the form, not nowhere
 
+    def drafter_problem(self, drafter: object) -> str:
+        """Why the loaded pair cannot run `drafter`, said as it is picked: saved without a word, it failed the first send."""
+        problem = self.parts.problem(str(drafter)) if self.parts is not None else ""
+        return f"{problem[0].upper()}{problem[1:]}." if problem else ""
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "drafter":
+            self.query_one("#drafter-problem", Label).update(self.drafter_problem(event.value))
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "save":
             self.action_save()
@@ -92,6 +105,8 @@ class SettingsScreen(ModalScreen["Settings | None"]):
         try:
             changes = {name: parse_field(name, self.query_one(f"#{name}", Input).value) for name, _, _ in FORM}
             changes["drafter"] = self.query_one("#drafter", Select).value
+            if problem := self.drafter_problem(changes["drafter"]):
+                raise SettingsError(problem)
             self.dismiss(self.settings.with_changes(**changes))
         except SettingsError as exc:
             self.query_one("#settings-error", Label).update(str(exc))

@@ -67,6 +67,28 @@ def render_snapshot(s: StatsSnapshot) -> Text:
     return text
 
 
+def summary_parts(s: StatsSnapshot) -> list[str]:
+    """The panel's chief numbers, most telling first: its one line where the terminal has no room for the panel."""
+    if not registry.spec(s.drafter).drafts or s.draft_max == 0:
+        parts = ["plain"]
+    else:
+        parts = [f"{percent(s.acceptance_answer).strip()} accepted" if s.acceptance_answer is not None else "nothing drafted yet"]
+    if s.speedup is not None and s.plain_tokens_per_second and s.acceptance_answer is not None:
+        parts.append(f"{s.speedup:.2f}× plain")
+    parts += [f"{s.tokens_per_second_avg:.1f} tok/s", f"{s.tokens_per_pass:.2f} tok/pass", f"context {s.context_used}/{s.n_ctx}"]
+    return parts
+
+
+def render_summary(s: StatsSnapshot, width: int) -> Text:
+    """As many of the chief numbers as fit `width` columns, whole: a part that does not fit is left out, not cut."""
+    shown: list[str] = []
+    for part in summary_parts(s):
+        if len(" · ".join([*shown, part])) > width:
+            break
+        shown.append(part)
+    return Text(" · ".join(shown), style="bold" if shown else "")
+
+
 class StatsPanel(Widget):
     """Repainted (never re-laid-out: its size is fixed) only when a snapshot arrives, at most ten times a second.
 
@@ -77,24 +99,29 @@ class StatsPanel(Widget):
 
     DEFAULT_CLASSES = "panel"
     IDLE = Text("The numbers appear\nas an answer streams.", style="dim")  # "No answer yet." read wrong beside a reopened chat
+    IDLE_FOLDED = Text("The numbers appear here as an answer streams.", style="dim")
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.frames = 0
         self.last_snapshot: StatsSnapshot | None = None
-        self._text = self.IDLE
+        self.folded = False  # one line under the chat (the "-folded" class), where the chat has no room beside the panel
 
     def render(self) -> Text:
-        return self._text
+        if self.last_snapshot is None:
+            return self.IDLE_FOLDED if self.folded else self.IDLE
+        return render_summary(self.last_snapshot, self.content_size.width) if self.folded else render_snapshot(self.last_snapshot)
+
+    def fold(self, folded: bool) -> None:
+        self.folded = folded
+        self.set_class(folded, "-folded")
 
     def clear(self) -> None:
         """Back to the idle text: a new conversation has no numbers yet."""
         self.last_snapshot = None
-        self._text = self.IDLE
         self.refresh()
 
     def show(self, snapshot: StatsSnapshot) -> None:
         self.last_snapshot = snapshot
-        self._text = render_snapshot(snapshot)
         self.refresh()
         self.frames += 1

@@ -203,6 +203,10 @@ class DraftSources(Protocol):
         tokenizer is not the target's."""
         ...
 
+    def report(self, stage: str) -> None:
+        """Say what building the drafter waits on (timing this machine's passes): the first answer waits with it."""
+        ...
+
     def bridged_draft(self) -> Model:
         """The draft model whatever its tokenizer, for a drafter that drafts through text; a clear error when none was
         loaded."""

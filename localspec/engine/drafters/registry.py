@@ -101,6 +101,18 @@ class PairParts:
             return "an EAGLE-3 head (--draft, an eagle3 GGUF)"
         return "a target with MTP layers" if row.mtp_layers and not self.mtp_layers else ""
 
+    def problem(self, name: str) -> str:
+        """Why drafter `name` cannot run on this pair, and which can ('' where it can): the one wording every door
+        says it in, the app's settings as the drafter is picked, a request when it asks for it."""
+        lacking = self.lacks(spec(name))
+        if not lacking:
+            return ""
+        # those that draft with the pair's own draft first: a draft of another tokenizer still drafts through text
+        runnable = sorted((other for other, row in DRAFTERS.items() if row.drafts and not self.lacks(row)),
+                          key=lambda other: not DRAFTERS[other].needs_draft_model)
+        choices = f"{', '.join(runnable[:-1])} or {runnable[-1]}" if len(runnable) > 1 else runnable[0]
+        return f"the {name} drafter needs {lacking}, which this pair lacks: pick {choices}"
+
 
 def spec(name: str) -> DrafterSpec:
     """The row for `name`; a clear error for a name that is none of them."""

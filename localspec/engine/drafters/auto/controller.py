@@ -35,7 +35,7 @@ from localspec.engine.drafters.head_drafter import HeadDrafter
 from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.drafters.ngram import Lookup, Lookups
 from localspec.engine.llama.mtp_head import mtp_layers
-from localspec.engine.pass_costs import CostTable, calibrate, time_passes
+from localspec.engine.pass_costs import CostTable, PassCosts, calibrate, passes_timed, progress, time_passes
 from localspec.engine.tuning import CALIBRATION_REPEATS, CALIBRATION_SIZES
 
 
@@ -225,15 +225,22 @@ def build(sources: DraftSources) -> Drafter:
     else:
         if sources.cost_cache_dir and (head is None or sources.draft is not None):
             costs_file = cost_cache.cache_file(sources.cost_cache_dir, sources.target, sources.draft)
-        costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, sources.draft)
+        costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, sources.draft,
+                                                                                  on_stage=sources.report)
     if head is not None and sources.draft is None:
         if not costs.has_draft:  # the head drafts alone: its passes, timed as a draft model's are
-            costs.draft = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
+            costs.draft = _time_head(head, sources)
         return AutoDrafter(costs, head, lookups, costs_file=costs_file)
     draft: ModelDrafter | BridgedDrafter | None = None
     if sources.draft is not None:  # a draft of another tokenizer drafts through text, priced as the draft model it is
         draft = (BridgedDrafter(sources.target, sources.draft, lazy_start=True) if sources.tokenizers_differ
                  else ModelDrafter(sources.draft, lazy_start=True))
     if head is not None and costs.head is None:  # beside the draft model: its own table, timed at each load
-        costs.head = time_passes(head.timing_view(), CALIBRATION_SIZES, CALIBRATION_REPEATS)
+        costs.head = _time_head(head, sources)
     return AutoDrafter(costs, draft, lookups, costs_file=costs_file, head=head)
+
+
+def _time_head(head: HeadDrafter, sources: DraftSources) -> PassCosts:
+    view = head.timing_view()
+    tick = progress(sources.report, "the draft head's", passes_timed(view, CALIBRATION_SIZES, CALIBRATION_REPEATS))
+    return time_passes(view, CALIBRATION_SIZES, CALIBRATION_REPEATS, tick)
