@@ -104,6 +104,7 @@ class History:
         self.open_problem: str | None = None  # why the file could not be used at start, for the app to say
         try:
             self._db = self._connect_disk()
+            _check_intact(self._db)
             self._migrate(self._db)
             self._mark_orphans_interrupted()
         except (sqlite3.Error, OSError, HistoryError) as exc:
@@ -149,11 +150,13 @@ class History:
                 source = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
                 try:
                     source.backup(memory)
+                    _check_intact(memory)  # the backup copies pages as they are: damaged ones only fail when read
                     copied = True
                 finally:
                     source.close()
             except (sqlite3.Error, OSError, ValueError):
-                pass
+                memory.close()
+                memory = _memory_db()
             if copied:
                 problem = (f"The chat history at {self.path} can be read but not written ({_reason(reason)}). Your chats are shown; "
                            f"this session's are kept in memory and saved there as soon as it can be written: check the free space "
@@ -300,6 +303,14 @@ class History:
 
     def delete_message(self, message_id: int) -> None:
         self._run("DELETE FROM messages WHERE id = ?", (message_id,))
+
+
+def _check_intact(db: sqlite3.Connection) -> None:
+    """A sqlite3.DatabaseError where pages are damaged: a file whose header is whole opens, and its damaged pages would
+    fail only later, at the first read (the app then stopped at start, its copy in memory as damaged as the file)."""
+    problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+    if problems != ["ok"]:
+        raise sqlite3.DatabaseError(f"database disk image is malformed: {problems[0]}")
 
 
 def _memory_db() -> sqlite3.Connection:
