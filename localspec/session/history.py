@@ -54,6 +54,10 @@ MIGRATIONS = [
     """
     ALTER TABLE messages ADD COLUMN owner_pid INTEGER;
     """,
+    # version 3: why an answer failed (status 'error'), to say it again after a restart
+    """
+    ALTER TABLE messages ADD COLUMN error TEXT;
+    """,
 ]
 RETRY_S = 30.0  # while the history is in memory, how often saving to disk is tried again
 
@@ -81,6 +85,7 @@ class StoredMessage:
     settings: dict[str, Any]
     stats: dict[str, Any]
     provenance: list[tuple[str, int]]
+    error: str | None = None  # why it failed, where it did (status 'error') and the reason was one to show
 
 
 class History:
@@ -270,12 +275,12 @@ class History:
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self._run(
-            "SELECT id, conversation_id, role, content, status, pair_id, settings, stats, provenance "
+            "SELECT id, conversation_id, role, content, status, pair_id, settings, stats, provenance, error "
             "FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
         ).fetchall()
         return [
             StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), json.loads(r[7] or "{}"),
-                          [tuple(run) for run in json.loads(r[8] or "[]")])
+                          [tuple(run) for run in json.loads(r[8] or "[]")], r[9])
             for r in rows
         ]
 
@@ -297,9 +302,10 @@ class History:
     def save_partial(self, message_id: int, content: str, provenance: list[tuple[str, int]]) -> None:
         self._run("UPDATE messages SET content = ?, provenance = ? WHERE id = ?", (content, json.dumps(provenance), message_id))
 
-    def finish_answer(self, message_id: int, content: str, status: str, stats: dict[str, Any], provenance: list[tuple[str, int]]) -> None:
-        self._run("UPDATE messages SET content = ?, status = ?, stats = ?, provenance = ? WHERE id = ?",
-                  (content, status, json.dumps(stats), json.dumps(provenance), message_id))
+    def finish_answer(self, message_id: int, content: str, status: str, stats: dict[str, Any], provenance: list[tuple[str, int]],
+                      error: str | None = None) -> None:
+        self._run("UPDATE messages SET content = ?, status = ?, stats = ?, provenance = ?, error = ? WHERE id = ?",
+                  (content, status, json.dumps(stats), json.dumps(provenance), error, message_id))
 
     def delete_message(self, message_id: int) -> None:
         self._run("DELETE FROM messages WHERE id = ?", (message_id,))

@@ -205,9 +205,9 @@ class LocalspecApp(PairControl, ConversationControl):
             # the screen may lag the answer by the updates still waiting to be drawn; the history has all of it
             stored = next((s for s in self.history.messages(self.conversation_id) if s.id == message.message_id), None)
             if stored is not None and len(stored.content) >= len(view.text):
-                await view.finish(stored.content, stored.provenance, "error", view.note)
+                await view.finish(stored.content, stored.provenance, "error", view.note, message.error)
             else:
-                view.set_status("error")
+                view.set_status("error", error=message.error)
         self.streaming, self.answer_cancel = None, None
         self.notify(message.error, severity="error", timeout=15)
 
