@@ -290,6 +290,11 @@ class History:
         self._touch(conversation_id)
         return int(cursor.lastrowid or 0)
 
+    def pairs_used(self) -> list[str]:
+        """The pairs that answered, the latest first: the last pair used, where the settings lost it."""
+        rows = self._run("SELECT pair_id FROM messages WHERE pair_id IS NOT NULL GROUP BY pair_id ORDER BY MAX(id) DESC").fetchall()
+        return [row[0] for row in rows]
+
     def start_answer(self, conversation_id: int, pair_id: str, settings: dict[str, Any]) -> int:
         cursor = self._run(
             "INSERT INTO messages (conversation_id, role, content, status, pair_id, settings, created_at, owner_pid) "

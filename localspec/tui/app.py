@@ -104,7 +104,7 @@ class LocalspecApp(PairControl, ConversationControl):
         self.query_one("#sidebar").display = self.wide
         self.query_one(PromptInput).focus()
         self.set_interval(2.0, self.refresh_device_line)
-        self.open_pair(self.settings.last_pair if self.settings.last_pair in self.catalog.pairs else self.catalog.default_id)
+        self.open_pair(self.pair_to_open())
 
     def on_resize(self, event: events.Resize) -> None:
         """The conversation list shows when the terminal grows past SIDEBAR_MIN_WIDTH and hides when it shrinks below;

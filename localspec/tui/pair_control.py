@@ -23,6 +23,18 @@ from localspec.units import format_bytes
 
 
 class PairControl(AppState):
+    def pair_to_open(self) -> str:
+        """The last pair used: the settings' (which a damaged settings file loses), else the history's last answer's,
+        else a pair whose files are here (the default first), else the default, which is offered for download."""
+        for pair_id in (self.settings.last_pair, *self.history.pairs_used()):
+            if pair_id is not None and pair_id in self.catalog.pairs:
+                return pair_id
+        default = self.catalog.default
+        for pair in (default, *self.catalog.pairs.values()):
+            if download_status(pair_states(self.hub_config, pair)) == "yes":
+                return pair.id
+        return default.id
+
     def open_pair(self, pair_id: str) -> None:
         """Load the pair if its files are here; else offer to download it."""
         pair = self.catalog.get(pair_id)
