@@ -12,6 +12,7 @@ import sys
 
 from localspec.catalog.models_toml import Catalog, ModelRef, Pair, hub_file_ref, load_catalog, model_ref, user_catalog_path
 from localspec.catalog.pair_files import (
+    TARGET_ALONE,
     HeaderReport,
     PairCheck,
     carry_out,
@@ -74,7 +75,7 @@ def _pull(config: HubConfig, args: argparse.Namespace) -> int:
         if not result.compatible:
             return 1
     target, draft = pull_pair(downloader, pair)
-    print(f"{pair.id} is ready:\n  target {target}\n  draft  {draft}")
+    print(f"{pair.id} is ready:\n  target {target}" + (f"\n  draft  {draft}" if draft else ""))
     return 0
 
 
@@ -128,17 +129,19 @@ def _check(config: HubConfig, args: argparse.Namespace) -> int:
 
 
 def _print_check(result: PairCheck) -> None:
-    for role, report in (("target", result.target), ("draft", result.draft)):
+    for role, report in result.reports:
         print(f"{role:<7}{report.label}")
         print(f"{'':7}{report.summary.describe()}")
         print(f"{'':7}{_read_note(report)}")
-    total_read = result.target.bytes_read + result.draft.bytes_read
-    total_size = (result.target.file_size or 0) + (result.draft.file_size or 0)
+    total_read = sum(report.bytes_read for _, report in result.reports)
+    total_size = sum(report.file_size or 0 for _, report in result.reports)
     share = f" of {format_bytes(total_size)} ({100 * total_read / total_size:.2f}%)" if total_size else ""
     print(f"read {format_bytes(total_read)}{share} in {result.seconds:.2f} s")
     if result.compatible:
-        t, d = result.target.summary, result.draft.summary
-        if d.architecture == EAGLE3_ARCHITECTURE:
+        t, d = result.target.summary, result.draft.summary if result.draft else None
+        if d is None:
+            print(f"a target alone: {TARGET_ALONE}.")
+        elif d.architecture == EAGLE3_ARCHITECTURE:
             print("compatible: the draft is an EAGLE-3 head made for a target of this shape (it reads three of its layers); "
                   "--drafter eagle3, or auto, drafts with it.")
         elif result.tokenizers_differ:

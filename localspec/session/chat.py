@@ -55,7 +55,7 @@ class LoadedPair:
         self.engine.close()
 
 
-def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
+def load_pair(pair: Pair, target: Path, draft: Path | None, settings: Settings,
               on_stage: Callable[[str], object], cancel: threading.Event) -> LoadedPair:
     """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
     on_stage("planning memory")

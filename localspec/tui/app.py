@@ -95,6 +95,8 @@ class LocalspecApp(PairControl, ConversationControl):
         self.history = History(self.history_path, on_notice=lambda text: self.post_message(m.StorageNotice(text)))
         if self.history.open_problem:
             self.notify(self.history.open_problem, severity="error", timeout=30)
+        if self.startup_notice:
+            self.notify(self.startup_notice, timeout=15)
         conversations = self.history.conversations()
         self.show_conversation(conversations[0].id if conversations else self.history.create().id)
         # Anchored, the chat follows an answer as it grows (however late its Markdown lays out) until the user scrolls

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from localspec.catalog.models_toml import CatalogError, Pair
-from localspec.catalog.pair_files import PairCheck, download_status, pair_size, pair_states
+from localspec.catalog.pair_files import TARGET_ALONE, PairCheck, download_status, pair_size, pair_states
 from localspec.catalog.user_pairs import add_user_pair
 from localspec.engine.drafters.registry import bridge_note
 from localspec.tui import messages as m
@@ -23,12 +23,14 @@ from localspec.units import format_bytes
 
 def describe_check(result: PairCheck) -> Text:
     text = Text()
-    for role, report in (("target", result.target), ("draft", result.draft)):
+    for role, report in result.reports:
         where = "over HTTP" if report.remote else "from disk"
         size = f" of {format_bytes(report.file_size)}" if report.file_size else ""
         text.append(f"{role:<7}", style="bold")
         text.append(f"{report.summary.describe()}\n       header read {where}: {format_bytes(report.bytes_read)}{size}\n")
-    if result.compatible and result.tokenizers_differ:
+    if result.draft is None:
+        text.append(f"a target alone: {TARGET_ALONE}", style="bold green")
+    elif result.compatible and result.tokenizers_differ:
         text.append(f"compatible through text: {bridge_note(result.tokenizers_differ)}", style="bold green")
     elif result.compatible:
         text.append("compatible: the draft shares the target's vocabulary", style="bold green")
@@ -97,7 +99,7 @@ class ModelsScreen(Screen[None]):
         if pair is None:
             return
         lines = [f"{pair.title}", pair.description] if pair.description else [pair.title]
-        for role, ref in (("target", pair.target), ("draft", pair.draft)):
+        for role, ref in pair.models:
             facts = ", ".join(x for x in (ref.quantization, format_bytes(ref.size) if ref.size else None, ref.license) if x)
             lines.append(f"{role}: {ref.label}" + (f" ({facts})" if facts else ""))
         if pair.draft_max:
@@ -171,7 +173,7 @@ class AddPairDialog(ModalScreen["str | None"]):
             yield Input(placeholder="id, e.g. my-7b", id="pair-id")
             yield Input(placeholder="title", id="pair-title")
             yield Input(placeholder="target: /path/to/target.gguf or OWNER/REPO/FILE.gguf", id="pair-target")
-            yield Input(placeholder="draft: /path/to/draft.gguf or OWNER/REPO/FILE.gguf", id="pair-draft")
+            yield Input(placeholder="draft: /path/to/draft.gguf or OWNER/REPO/FILE.gguf (empty: the target alone)", id="pair-draft")
             yield Label("", id="add-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
