@@ -305,7 +305,7 @@ def test_history_schema_is_versioned(tmp_path):
     upgraded = History(path)
     assert [m.content for m in upgraded.messages(1)] == ["kept"] and upgraded.saving
     upgraded.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 3
     sqlite3.connect(path).execute("PRAGMA user_version = 99")
 
     newer = History(path)  # refused, never damaged: the session runs in memory and says why

@@ -123,7 +123,6 @@ MISTAKES = [
     (catalog_text().replace('default = "a"', 'colour = "blue"\ndefault = "a"'), "colour", r"field colour: unknown top-level field 'colour'"),
     (catalog_text() + catalog_text().replace('default = "a"', '').replace('id = "a"', 'id = "a"  # again'), "# again",
      r"pair 'a', field id: the id 'a' is used twice in this file; expected each pair id once"),
-    (catalog_text().replace('[pair.draft]\nrepo = "org/draft-GGUF"\nfile = "draft.gguf"\n', ''), "[[pair]]", r"pair 'a': missing field 'draft'"),
 ]
 
 
@@ -136,6 +135,13 @@ def test_every_mistake_names_file_line_pair_field_and_what_is_expected(text, bla
     assert error.startswith(f"/home/u/.config/localspec/models.toml, line {line}"), error
     assert re.search(message, error), error
     assert "expected" in error
+
+
+def test_a_pair_without_a_draft_is_the_target_alone():
+    """Issue 75: `localspec --target F.gguf` keeps a target alone as a pair; its draft is None, not a parse error."""
+    catalog = parse_catalog(catalog_text().replace('[pair.draft]\nrepo = "org/draft-GGUF"\nfile = "draft.gguf"\n', ''), "models.toml")
+    pair = catalog.pairs["a"]
+    assert pair.draft is None and [role for role, _ in pair.models] == ["target"]
 
 
 def test_syntax_errors_keep_tomllib_position():

@@ -263,3 +263,23 @@ def test_ctrl_c_during_a_model_load_stops_it_and_exits_130(tmp_path, real_models
         process.kill()
     assert process.returncode == 130, (process.returncode, err)
     assert "Exception ignored" not in err and "Traceback" not in err and out == "", (out, err)
+
+
+def test_models_named_wrong_and_a_drafter_these_models_cannot_run_exit_2(tiny):
+    """Issue 75: "Name the models" and "Give --pair, or --target, not both" exited 1, as did a drafter the models given
+    cannot run (the user's choice to change, as `--drafter tree` without a draft already exits 2)."""
+    target = str(tiny["target"])
+    cases = {
+        ("generate", "--prompt", "hi"): "Name the models: --pair ID",
+        ("serve",): "Name the models: --pair ID",
+        ("bench", "--pair", "some-pair", "--target", target): "Give --pair, or --target (and --draft), not both.",
+        ("generate", "--pair", "some-pair", "--draft", target, "--prompt", "hi"): "Give --pair, or --target (and --draft), not both.",
+        ("generate", "--target", target, "--prompt", "hi", "--drafter", "mtp"): "carries no MTP layers",
+        ("generate", "--target", target, "--prompt", "hi", "--drafter", "eagle3"): "needs an EAGLE-3 head",
+        ("generate", "--target", target, "--draft", str(tiny["other_vocab"]), "--prompt", "hi", "--drafter", "model"):
+            "run it with --drafter bridged",
+    }
+    for args, expected in cases.items():
+        result = cli(*args)
+        assert (result.returncode, "Traceback" in result.stderr) == (2, False), (args, result.stderr)
+        assert expected in result.stderr and result.stdout == "", (args, result.stderr, result.stdout)

@@ -36,7 +36,7 @@ _PAIR_FIELDS = {
     "description": "a sentence in quotes",
     "tags": f"a list drawn from {', '.join(TAGS)}",
     "target": "a [pair.target] table",
-    "draft": "a [pair.draft] table",
+    "draft": "a [pair.draft] table (left out: the target alone, which drafts by prompt lookup or from itself)",
     "draft_max": "an integer from 1 to 32: the most tokens to draft per step",
     "draft_p_min": "a number from 0 to 1: stop drafting below this draft confidence",
     "memory_gib": f"a positive number: GiB of RAM or VRAM the pair needs at a {defaults.N_CTX}-token context",
@@ -123,7 +123,7 @@ class Pair:
     id: str
     title: str
     target: ModelRef
-    draft: ModelRef
+    draft: ModelRef | None  # None: the target alone (auto drafts by prompt lookup; the self drafter cuts a draft from it)
     description: str = ""
     tags: tuple[str, ...] = ()
     draft_max: int | None = None
@@ -132,6 +132,11 @@ class Pair:
     notes: str = ""
     other_tokenizer: bool = False  # the draft's tokenizer is not the target's: it drafts through text (the bridged drafter)
     source: str = ""  # the file that defined it, for messages
+
+    @property
+    def models(self) -> tuple[tuple[str, ModelRef], ...]:
+        """(role, model) for the target, then the draft where the pair has one."""
+        return (("target", self.target),) if self.draft is None else (("target", self.target), ("draft", self.draft))
 
 
 @dataclass(frozen=True)
@@ -233,7 +238,7 @@ class _Parser:
         for key in raw:
             if key not in _PAIR_FIELDS:
                 raise self.fail(f"unknown field {key!r}", f"one of {', '.join(_PAIR_FIELDS)}", key=key, **ctx)
-        for required in ("id", "title", "target", "draft"):
+        for required in ("id", "title", "target"):
             if required not in raw:
                 raise self.fail(f"missing field {required!r}", _PAIR_FIELDS[required], **ctx)
         if pair_id is None or not _ID.match(pair_id):
@@ -255,7 +260,7 @@ class _Parser:
             notes=text["notes"],
             tags=tuple(tags),
             target=self.model(raw["target"], "target", ctx),
-            draft=self.model(raw["draft"], "draft", ctx),
+            draft=self.model(raw["draft"], "draft", ctx) if "draft" in raw else None,
             draft_max=draft_max,
             draft_p_min=self.number(raw, "draft_p_min", ctx, 0.0, 1.0),
             memory_gib=self.number(raw, "memory_gib", ctx, 0.0, None),

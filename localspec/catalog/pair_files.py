@@ -24,6 +24,9 @@ from localspec.hub.config import HubConfig
 from localspec.hub.download import Downloader, FileRequest
 from localspec.hub.remote import read_remote_header, remote_file
 
+# What a pair without a draft model does, in the check's words (`localspec check`, the models screen).
+TARGET_ALONE = "no draft model, so auto drafts by prompt lookup or decodes plainly, and the self drafter cuts a draft from the target"
+
 
 @dataclass(frozen=True)
 class ModelState:
@@ -59,34 +62,34 @@ def model_state(config: HubConfig, ref: ModelRef) -> ModelState:
     return ModelState(ref, present, missing)
 
 
-def pair_states(config: HubConfig, pair: Pair) -> tuple[ModelState, ModelState]:
-    return model_state(config, pair.target), model_state(config, pair.draft)
+def pair_states(config: HubConfig, pair: Pair) -> tuple[ModelState, ...]:
+    """The target's state, then the draft's where the pair has one."""
+    return tuple(model_state(config, ref) for _, ref in pair.models)
 
 
-def pair_size(states: tuple[ModelState, ModelState]) -> int:
+def pair_size(states: tuple[ModelState, ...]) -> int:
     """Bytes the pair takes: the catalog's size for hub files, the size on disk for local ones (0: unknown)."""
     return sum(state.bytes_on_disk if state.ref.is_local else state.ref.size or 0 for state in states)
 
 
-def download_status(states: tuple[ModelState, ModelState]) -> str:
+def download_status(states: tuple[ModelState, ...]) -> str:
     """"yes", "target only", "draft only" or "no": what `list` and the models screen show."""
-    target, draft = states
-    if target.complete and draft.complete:
+    if all(state.complete for state in states):
         return "yes"
-    return "target only" if target.complete else "draft only" if draft.complete else "no"
+    return "target only" if states[0].complete else "draft only" if any(state.complete for state in states) else "no"
 
 
-def local_pair_paths(config: HubConfig, pair: Pair) -> tuple[Path, Path]:
-    """The target's and the draft's first files, or an error that says how to get them."""
-    found = []
-    for role, ref in (("target", pair.target), ("draft", pair.draft)):
+def local_pair_paths(config: HubConfig, pair: Pair) -> tuple[Path, Path | None]:
+    """The target's and the draft's first files (None: a target alone), or an error that says how to get them."""
+    found: list[Path] = []
+    for role, ref in pair.models:
         state = model_state(config, ref)
         if state.first_file is None:
             if ref.is_local:
                 raise CatalogError(f"The {role} of pair {pair.id!r} is not at {ref.path}. Fix the path in {pair.source}.")
             raise CatalogError(f"Pair {pair.id!r} is not downloaded yet ({role} {ref.label} is missing). Run `localspec pull {pair.id}`.")
         found.append(state.first_file)
-    return found[0], found[1]
+    return found[0], found[1] if len(found) > 1 else None
 
 
 def requests_for(ref: ModelRef) -> list[FileRequest]:
@@ -94,10 +97,10 @@ def requests_for(ref: ModelRef) -> list[FileRequest]:
     return [FileRequest(ref.repo, file) for file in ref.files]
 
 
-def pull_pair(downloader: Downloader, pair: Pair) -> tuple[Path, Path]:
+def pull_pair(downloader: Downloader, pair: Pair) -> tuple[Path, Path | None]:
     """Download what is missing of the pair (hub files only; local paths must already exist)."""
     requests: list[FileRequest] = []
-    for ref in (pair.target, pair.draft):
+    for _, ref in pair.models:
         if ref.is_local:
             if not model_state(downloader.config, ref).complete:
                 raise CatalogError(f"Pair {pair.id!r} names a local file that does not exist: {ref.path}. Fix the path in {pair.source}.")
@@ -122,7 +125,7 @@ class HeaderReport:
 @dataclass(frozen=True)
 class PairCheck:
     target: HeaderReport
-    draft: HeaderReport
+    draft: HeaderReport | None  # None: a target alone, which needs no check
     problem: str | None  # None: the pair can draft (an EAGLE-3 head must be made for the target)
     seconds: float
     tokenizers_differ: str = ""  # how the draft's tokenizer is not the target's: it drafts through text (bridged)
@@ -133,7 +136,10 @@ class PairCheck:
 
     @property
     def verdict(self) -> str:
-        """Whether and how the draft can draft for the target, in the one wording `check` and the app's models screen say."""
+        """Whether and how the draft can draft for the target (or that there is none), in the one wording `check` and the app's
+        models screen say."""
+        if self.draft is None:
+            return f"a target alone: {TARGET_ALONE}."
         if not self.compatible:
             return f"incompatible: {self.problem}"
         target, draft = self.target.summary, self.draft.summary
@@ -157,6 +163,11 @@ class PairCheck:
         if target.mtp_note:
             notes.append(f"the target: {target.mtp_note}.")
         return notes
+
+    @property
+    def reports(self) -> tuple[tuple[str, HeaderReport], ...]:
+        """(role, report) for the target, then the draft where there is one."""
+        return (("target", self.target),) if self.draft is None else (("target", self.target), ("draft", self.draft))
 
 
 def read_model_header(config: HubConfig, ref: ModelRef) -> HeaderReport:
@@ -183,9 +194,11 @@ def read_model_header(config: HubConfig, ref: ModelRef) -> HeaderReport:
     return HeaderReport(ref.label, summary, headers[0], sum(h.bytes_read for h in headers), size or None, remote)
 
 
-def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef) -> PairCheck:
+def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef | None) -> PairCheck:
     start = time.perf_counter()
     target_report = read_model_header(config, target)
+    if draft is None:  # a target alone: its header read is the whole check
+        return PairCheck(target_report, None, None, time.perf_counter() - start)
     draft_report = read_model_header(config, draft)
     target_header, draft_header = target_report.header, draft_report.header
     problem, differ = None, ""
@@ -223,13 +236,13 @@ def plan_removal(config: HubConfig, catalog: Catalog, pair: Pair) -> Removal:
     files: list[tuple[str, str, int]] = []
     kept: list[tuple[str, str]] = []
     repos: set[str] = set()
-    for ref in (pair.target, pair.draft):
+    for _, ref in pair.models:
         if ref.is_local:
             continue  # the user's own file: never ours to delete
         assert ref.repo is not None
         repos.add(ref.repo)
         user = next((other.id for other in catalog.pairs.values() if other.id != pair.id and _uses(other, ref)
-                     and all(model_state(config, r).complete for r in (other.target, other.draft))), None)
+                     and all(model_state(config, r).complete for _, r in other.models)), None)
         if user is not None:
             kept.append((ref.label, user))
             continue
@@ -251,4 +264,4 @@ def carry_out(config: HubConfig, removal: Removal) -> list[tuple[str, int]]:
 
 
 def _uses(pair: Pair, ref: ModelRef) -> bool:
-    return any(r.repo == ref.repo and r.file == ref.file for r in (pair.target, pair.draft))
+    return any(r.repo == ref.repo and r.file == ref.file for _, r in pair.models)

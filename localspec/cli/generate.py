@@ -41,8 +41,9 @@ def run_generate(args: argparse.Namespace) -> int:
         pieces: list[str] = []
         tokens: list[int] = []
         finished: Finished | None = None
+        decoder = engine.decoder(request.drafter)  # before the answer: a drafter these models cannot run is the user's to change
         try:
-            for event in engine.decoder(request.drafter).generate(prompt, request.config):
+            for event in decoder.generate(prompt, request.config):
                 if isinstance(event, TokenEvent):
                     pieces.append(event.text)
                     if event.token >= 0:

@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localspec import __version__
 from localspec.bench.reference import LLAMA_CPP_DEFAULT_P_MIN
@@ -20,6 +21,9 @@ from localspec.engine import defaults
 from localspec.engine.drafters import registry
 from localspec.errors import LocalspecError, UsageError, os_error_advice
 from localspec.serve.options import DEFAULT_PARALLEL
+
+if TYPE_CHECKING:
+    from localspec.cli.app_args import AppOpening
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -79,14 +83,21 @@ def _add_model_commands(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--draft", help="local GGUF path, or OWNER/REPO/FILE.gguf on the hub")
 
 
+APP_OPTIONS = ("app_pair", "app_target", "app_draft")  # the top-level options' dests: a command's own --pair is another
 EXIT_STATUS = ("exit status: 0 done; 2 the command line is wrong (an option, or a value it cannot take); 1 anything else "
                "failed (a model or other file, the network, the machine); 130 interrupted (Ctrl-C).")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="localspec", description="Local speculative decoding with GGUF target/draft pairs.",
-                                     epilog=EXIT_STATUS)
+    parser = argparse.ArgumentParser(prog="localspec", epilog=EXIT_STATUS,
+                                     description="Local speculative decoding with GGUF target/draft pairs. With no command, the chat "
+                                                 "app opens: on the last pair used, or on the pair or the files given here.")
     parser.add_argument("--version", action="version", version=f"localspec {__version__}")
+    opened = parser.add_argument_group("the app's models (with no command)")
+    opened.add_argument("--pair", dest="app_pair", metavar="ID", help="open the app on this pair (`localspec list`)")
+    opened.add_argument("--target", dest="app_target", type=Path, metavar="F.gguf",
+                        help="open the app on this model file, with --draft's if given (the files are saved as a pair in your models.toml)")
+    opened.add_argument("--draft", dest="app_draft", type=Path, metavar="D.gguf", help="the target's draft model file (same tokenizer)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     generate = commands.add_parser("generate", help="answer one prompt, streaming the text")
@@ -180,16 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is not None and any(getattr(args, name) is not None for name in APP_OPTIONS):
+        parser.error(f"--pair, --target and --draft before the command open the app: give them after it "
+                     f"(localspec {args.command} --target F.gguf ...).")
     # Each command's module is imported here, when it runs: start-up time (see the module's docstring).
-    if args.command is None:
-        from localspec.tui.app import LocalspecApp
-
-        app = LocalspecApp()
-        app.run()
-        if app.load_cancel is not None:  # the load worker stops at its next tensor; the process ends when it has
-            print("localspec: stopping the model load…", file=sys.stderr)
-        return app.return_code or 0
     try:
+        if args.command is None:
+            from localspec.cli.app_args import app_opening
+
+            return _run_app(app_opening(args))
         check_args(args)
         if args.command == "generate":
             from localspec.cli.generate import run_generate
@@ -245,3 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _run_app(opening: AppOpening) -> int:
+    from localspec.tui.app import LocalspecApp
+
+    app = LocalspecApp(open_pair=opening.pair_id, notice=opening.notice)
+    app.run()
+    if app.load_cancel is not None:  # the load worker stops at its next tensor; the process ends when it has
+        print("localspec: stopping the model load…", file=sys.stderr)
+    return app.return_code or 0

@@ -71,7 +71,7 @@ def _pull(config: HubConfig, args: argparse.Namespace) -> int:
         if not result.compatible:
             return 1
     target, draft = pull_pair(downloader, pair)
-    print(f"{pair.id} is ready:\n  target {target}\n  draft  {draft}")
+    print(f"{pair.id} is ready:\n  target {target}" + (f"\n  draft  {draft}" if draft else ""))
     return 0
 
 
@@ -125,12 +125,12 @@ def _check(config: HubConfig, args: argparse.Namespace) -> int:
 
 
 def _print_check(result: PairCheck) -> None:
-    for role, report in (("target", result.target), ("draft", result.draft)):
+    for role, report in result.reports:
         print(f"{role:<7}{report.label}")
         print(f"{'':7}{report.summary.describe()}")
         print(f"{'':7}{_read_note(report)}")
-    total_read = result.target.bytes_read + result.draft.bytes_read
-    total_size = (result.target.file_size or 0) + (result.draft.file_size or 0)
+    total_read = sum(report.bytes_read for _, report in result.reports)
+    total_size = sum(report.file_size or 0 for _, report in result.reports)
     share = f" of {format_bytes(total_size)} ({100 * total_read / total_size:.2f}%)" if total_size else ""
     print(f"read {format_bytes(total_read)}{share} in {result.seconds:.2f} s")
     if result.compatible:

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from localspec import paths
-from localspec.catalog.models_toml import CatalogError, Pair, load_catalog
+from localspec.catalog.models_toml import Pair, load_catalog
 from localspec.catalog.pair_files import local_pair_paths
 from localspec.engine.drafters import registry
 from localspec.engine.engine import EngineConfig
@@ -24,10 +24,10 @@ def resolve_models(args: argparse.Namespace) -> Pair | None:
     settings the request resolver reads); else --target is required."""
     if not args.pair:
         if args.target is None:
-            raise CatalogError("Name the models: --pair ID (see `localspec list`), or --target PATH [--draft PATH].")
+            raise UsageError("Name the models: --pair ID (see `localspec list`), or --target PATH [--draft PATH].")
         return None
     if args.target or args.draft:
-        raise CatalogError("Give --pair, or --target (and --draft), not both.")
+        raise UsageError("Give --pair, or --target (and --draft), not both.")
     pair = load_catalog().get(args.pair)
     args.target, args.draft = local_pair_paths(HubConfig.from_env(), pair)
     return pair

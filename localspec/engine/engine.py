@@ -20,7 +20,7 @@ from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.drafters.self_draft import cached_self_draft
-from localspec.engine.errors import EngineError, LoadCancelled
+from localspec.engine.errors import DrafterChoiceError, EngineError, LoadCancelled
 from localspec.engine.llama.eagle3_head import Eagle3File
 from localspec.engine.llama.gguf_file import architecture
 from localspec.engine.llama.model import Model, ModelConfig
@@ -167,7 +167,7 @@ class Engine:
     def draft_model(self) -> Model:
         if self.tokenizers_differ:
             assert self.draft is not None
-            raise EngineError(f"{self.draft.path.name} has another tokenizer than the target ({self.tokenizers_differ}), so its "
+            raise DrafterChoiceError(f"{self.draft.path.name} has another tokenizer than the target ({self.tokenizers_differ}), so its "
                               f"tokens cannot be verified as they are: run it with --drafter {' or '.join(registry.THROUGH_TEXT)}, which "
                               "drafts through text, or auto.")
         return self.bridged_draft()
@@ -177,15 +177,15 @@ class Engine:
         if self.draft is None:
             needing = [d.name for d in registry.DRAFTERS.values() if d.needs_draft_model]
             if self.eagle3 is not None:
-                raise EngineError(f"The {', '.join(needing)} drafters need a draft model, and {self.eagle3.path.name} is an EAGLE-3 head: "
+                raise DrafterChoiceError(f"The {', '.join(needing)} drafters need a draft model, and {self.eagle3.path.name} is an EAGLE-3 head: "
                                   "run it with --drafter eagle3 (or auto), or give a draft model instead.")
-            raise EngineError(f"The {', '.join(needing)} drafters need a draft model: give --draft (or a pair), "
+            raise DrafterChoiceError(f"The {', '.join(needing)} drafters need a draft model: give --draft (or a pair), "
                               f"or pick one that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
         return self.draft
 
     def eagle3_head(self) -> Eagle3File:
         if self.eagle3 is None:
-            raise EngineError("The eagle3 drafter needs an EAGLE-3 head made for the target: give it as --draft (a GGUF whose "
+            raise DrafterChoiceError("The eagle3 drafter needs an EAGLE-3 head made for the target: give it as --draft (a GGUF whose "
                               "architecture is eagle3), or pick another drafter.")
         return self.eagle3
 

@@ -37,6 +37,11 @@ class LoadCancelled(EngineError):
     """The user stopped loading a pair; whatever was loaded has been released."""
 
 
+class DrafterChoiceError(EngineError, UsageError):
+    """The drafter asked for cannot run on the models loaded (no draft model, another tokenizer, no MTP layers, no
+    EAGLE-3 head): the choice is the user's to change, so the command line exits 2 and the server answers 400."""
+
+
 class SamplingSettingsError(EngineError, UsageError):
     """A sampling value (temperature, top-k, top-p, min-p) out of its range; `setting` names it as the user types it."""
 

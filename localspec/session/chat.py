@@ -24,6 +24,7 @@ from localspec.engine.errors import LoadCancelled
 from localspec.engine.events import Finished, StopReason
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.stats import GenerationStats
+from localspec.errors import LocalspecError
 from localspec.machine.device import OffloadedLayers, backend_name, offloaded_layers
 from localspec.machine.memory_plan import MemoryPlan
 from localspec.machine.remote_plan import plan_pair_on_devices
@@ -57,7 +58,7 @@ class LoadedPair:
         self.engine.close()
 
 
-def load_pair(pair: Pair, target: Path, draft: Path, settings: Settings,
+def load_pair(pair: Pair, target: Path, draft: Path | None, settings: Settings,
               on_stage: Callable[[str], object], cancel: threading.Event) -> LoadedPair:
     """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
     on_stage("planning memory")
@@ -157,21 +158,23 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
     queue, so drawing never falls behind and never takes CPU the models need.
     """
     engine = loaded.engine
-    request = resolve(settings.asked, parts=engine.parts, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES)
-    preparing = f"preparing the {request.drafter} drafter"
-    if not engine.has_decoder(request.drafter):
-        on_stage(preparing)
-    decoder: Decoder = engine.decoder(request.drafter, lambda stage: on_stage(f"{preparing}: {stage}"))
-    fitted = fit_conversation(engine.target, messages, answer_room(engine.target.n_ctx, settings.max_tokens))
-    prompt = fitted.tokens
-    on_stage(f"reading the prompt ({len(prompt)} tokens)")
-    live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
     transcript = _Transcript()
     pending: list[tuple[str, str]] = []
-    last_update = last_save = time.perf_counter()
     finished: Finished | None = None
     stats = GenerationStats()  # what the events carry, as the last one left it (nothing yet)
+    # Everything from here may fail, before the first token too (the request, the drafter, the chat template): the row
+    # is closed as failed, with the reason, or the next start would find it streaming and call it interrupted.
     try:
+        request = resolve(settings.asked, parts=engine.parts, context=engine.target.n_ctx, pair=loaded.pair, names=APP_NAMES)
+        preparing = f"preparing the {request.drafter} drafter"
+        if not engine.has_decoder(request.drafter):
+            on_stage(preparing)
+        decoder: Decoder = engine.decoder(request.drafter, lambda stage: on_stage(f"{preparing}: {stage}"))
+        fitted = fit_conversation(engine.target, messages, answer_room(engine.target.n_ctx, settings.max_tokens))
+        prompt = fitted.tokens
+        on_stage(f"reading the prompt ({len(prompt)} tokens)")
+        live = LiveStats(engine.target.n_ctx, loaded.plain_ms_per_token, *conversation_counts)
+        last_update = last_save = time.perf_counter()
         for event in decoder.generate(prompt, replace(request.config, conversation=tuple(message_dicts(fitted.messages))), cancel):
             if isinstance(event, Finished):
                 finished = event
@@ -188,8 +191,9 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
             if now - last_save >= SAVE_INTERVAL_S:
                 history.save_partial(message_id, transcript.text, transcript.runs)
                 last_save = now
-    except BaseException:
-        history.finish_answer(message_id, transcript.text, "error", stats.to_dict(), transcript.runs)
+    except BaseException as exc:
+        history.finish_answer(message_id, transcript.text, "error", stats.to_dict(), transcript.runs,
+                              error=str(exc) if isinstance(exc, LocalspecError) else None)
         raise
     assert finished is not None
     # the conversation's tokens, the answer's included: a stopped answer's cells are freed at once, but its text stays in

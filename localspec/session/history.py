@@ -54,6 +54,10 @@ MIGRATIONS = [
     """
     ALTER TABLE messages ADD COLUMN owner_pid INTEGER;
     """,
+    # version 3: why an answer failed (status 'error'), to say it again after a restart
+    """
+    ALTER TABLE messages ADD COLUMN error TEXT;
+    """,
 ]
 RETRY_S = 30.0  # while the history is in memory, how often saving to disk is tried again
 
@@ -81,6 +85,7 @@ class StoredMessage:
     settings: dict[str, Any]
     stats: dict[str, Any]
     provenance: list[tuple[str, int]]
+    error: str | None = None  # why it failed, where it did (status 'error') and the reason was one to show
 
 
 class History:
@@ -104,6 +109,7 @@ class History:
         self.open_problem: str | None = None  # why the file could not be used at start, for the app to say
         try:
             self._db = self._connect_disk()
+            _check_intact(self._db)
             self._migrate(self._db)
             self._mark_orphans_interrupted()
         except (sqlite3.Error, OSError, HistoryError) as exc:
@@ -149,11 +155,13 @@ class History:
                 source = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
                 try:
                     source.backup(memory)
+                    _check_intact(memory)  # the backup copies pages as they are: damaged ones only fail when read
                     copied = True
                 finally:
                     source.close()
             except (sqlite3.Error, OSError, ValueError):
-                pass
+                memory.close()
+                memory = _memory_db()
             if copied:
                 problem = (f"The chat history at {self.path} can be read but not written ({_reason(reason)}). Your chats are shown; "
                            f"this session's are kept in memory and saved there as soon as it can be written: check the free space "
@@ -267,12 +275,12 @@ class History:
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self._run(
-            "SELECT id, conversation_id, role, content, status, pair_id, settings, stats, provenance "
+            "SELECT id, conversation_id, role, content, status, pair_id, settings, stats, provenance, error "
             "FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
         ).fetchall()
         return [
             StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), json.loads(r[7] or "{}"),
-                          [tuple(run) for run in json.loads(r[8] or "[]")])
+                          [tuple(run) for run in json.loads(r[8] or "[]")], r[9])
             for r in rows
         ]
 
@@ -281,6 +289,11 @@ class History:
                            (conversation_id, content, time.time()))
         self._touch(conversation_id)
         return int(cursor.lastrowid or 0)
+
+    def pairs_used(self) -> list[str]:
+        """The pairs that answered, the latest first: the last pair used, where the settings lost it."""
+        rows = self._run("SELECT pair_id FROM messages WHERE pair_id IS NOT NULL GROUP BY pair_id ORDER BY MAX(id) DESC").fetchall()
+        return [row[0] for row in rows]
 
     def start_answer(self, conversation_id: int, pair_id: str, settings: dict[str, Any]) -> int:
         cursor = self._run(
@@ -294,12 +307,21 @@ class History:
     def save_partial(self, message_id: int, content: str, provenance: list[tuple[str, int]]) -> None:
         self._run("UPDATE messages SET content = ?, provenance = ? WHERE id = ?", (content, json.dumps(provenance), message_id))
 
-    def finish_answer(self, message_id: int, content: str, status: str, stats: dict[str, Any], provenance: list[tuple[str, int]]) -> None:
-        self._run("UPDATE messages SET content = ?, status = ?, stats = ?, provenance = ? WHERE id = ?",
-                  (content, status, json.dumps(stats), json.dumps(provenance), message_id))
+    def finish_answer(self, message_id: int, content: str, status: str, stats: dict[str, Any], provenance: list[tuple[str, int]],
+                      error: str | None = None) -> None:
+        self._run("UPDATE messages SET content = ?, status = ?, stats = ?, provenance = ?, error = ? WHERE id = ?",
+                  (content, status, json.dumps(stats), json.dumps(provenance), error, message_id))
 
     def delete_message(self, message_id: int) -> None:
         self._run("DELETE FROM messages WHERE id = ?", (message_id,))
+
+
+def _check_intact(db: sqlite3.Connection) -> None:
+    """A sqlite3.DatabaseError where pages are damaged: a file whose header is whole opens, and its damaged pages would
+    fail only later, at the first read (the app then stopped at start, its copy in memory as damaged as the file)."""
+    problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+    if problems != ["ok"]:
+        raise sqlite3.DatabaseError(f"database disk image is malformed: {problems[0]}")
 
 
 def _memory_db() -> sqlite3.Connection:

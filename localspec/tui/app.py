@@ -102,6 +102,8 @@ class LocalspecApp(PairControl, ConversationControl):
         self.history = History(self.history_path, on_notice=lambda text: self.post_message(m.StorageNotice(text)))
         if self.history.open_problem:
             self.notify(self.history.open_problem, severity="error", timeout=30)
+        if self.startup_notice:
+            self.notify(self.startup_notice, timeout=15)
         conversations = self.history.conversations()
         self.show_conversation(conversations[0].id if conversations else self.history.create().id)
         # Anchored, the chat follows an answer as it grows (however late its Markdown lays out) until the user scrolls
@@ -112,7 +114,7 @@ class LocalspecApp(PairControl, ConversationControl):
         self.fit_panes(self.size.width)
         self.query_one(PromptInput).focus()
         self.set_interval(2.0, self.refresh_device_line)
-        self.open_pair(self.settings.last_pair if self.settings.last_pair in self.catalog.pairs else self.catalog.default_id)
+        self.open_pair(self.pair_to_open())
 
     def on_resize(self, event: events.Resize) -> None:
         """The conversation list shows when the terminal grows past SIDEBAR_MIN_WIDTH and hides when it shrinks below;
@@ -238,9 +240,9 @@ class LocalspecApp(PairControl, ConversationControl):
             # the screen may lag the answer by the updates still waiting to be drawn; the history has all of it
             stored = next((s for s in self.history.messages(self.conversation_id) if s.id == message.message_id), None)
             if stored is not None and len(stored.content) >= len(view.text):
-                await view.finish(stored.content, stored.provenance, "error", view.note)
+                await view.finish(stored.content, stored.provenance, "error", view.note, message.error)
             else:
-                view.set_status("error")
+                view.set_status("error", error=message.error)
         self.streaming, self.answer_cancel = None, None
         self.notify(message.error, severity="error", timeout=15)
 

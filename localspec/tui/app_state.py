@@ -23,8 +23,11 @@ from localspec.tui.message_view import MessageView
 
 class AppState(App[None]):
     def __init__(self, hub_config: HubConfig | None = None, history_path: Path | None = None,
-                 settings_path: Path | None = None, catalog_file: Path | None = None) -> None:
+                 settings_path: Path | None = None, catalog_file: Path | None = None, open_pair: str | None = None,
+                 notice: str | None = None) -> None:
         super().__init__()
+        self.requested_pair = open_pair  # named on the command line: opened instead of the last pair used
+        self.startup_notice = notice  # the command line's word for the user, said once the app is up
         self.hub_config = hub_config or HubConfig.from_env()
         self.history_path = history_path or paths.history_file()
         self.settings_path = settings_path

@@ -30,7 +30,7 @@ class ConversationControl(AppState):
         container = self.query_one("#messages", VerticalScroll)
         container.remove_children()
         views = [MessageView(msg.role, msg.content, msg.provenance, msg.status, answer_note(msg.pair_id, msg.stats),
-                             self.settings.tint_accepted, msg.id) for msg in self.history.messages(conversation_id)]
+                             self.settings.tint_accepted, msg.id, msg.error) for msg in self.history.messages(conversation_id)]
         container.mount_all(views)
         container.scroll_end(animate=False)
 

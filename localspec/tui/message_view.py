@@ -45,7 +45,7 @@ class MessageView(Vertical):
     DEFAULT_CLASSES = "message"
 
     def __init__(self, role: str, text: str = "", runs: list[tuple[str, int]] | None = None, status: str = "complete",
-                 note: str = "", tint: bool = False, message_id: int | None = None) -> None:
+                 note: str = "", tint: bool = False, message_id: int | None = None, error: str | None = None) -> None:
         super().__init__(classes=f"message {role}")
         self.role = role
         self.text = text
@@ -54,6 +54,7 @@ class MessageView(Vertical):
         self.note = note
         self.tint = tint
         self.message_id = message_id
+        self.error = error  # why a failed answer failed, said in its header
         self.waiting = ""  # what the answer waits on before its first token, said in the header until it comes
         self._stream: MarkdownStream | None = None
 
@@ -71,7 +72,8 @@ class MessageView(Vertical):
     def _header(self) -> str:
         who = "You" if self.role == "user" else "Assistant"
         waiting = f" · {self.waiting}…" if self.waiting else ""
-        return f"{who}{STATUS_NOTES.get(self.status, '')}{waiting}{(' · ' + self.note) if self.note else ''}"
+        why = f": {self.error}" if self.status == "error" and self.error else ""
+        return f"{who}{STATUS_NOTES.get(self.status, '')}{why}{waiting}{(' · ' + self.note) if self.note else ''}"
 
     def set_waiting(self, stage: str) -> None:
         self.waiting = stage
@@ -106,16 +108,16 @@ class MessageView(Vertical):
         elif self._stream is not None and fragment:
             await self._stream.write(fragment)
 
-    async def finish(self, text: str, runs: list[tuple[str, int]], status: str, note: str) -> None:
+    async def finish(self, text: str, runs: list[tuple[str, int]], status: str, note: str, error: str | None = None) -> None:
         """Close the stream and render the whole answer once more, so code blocks are whole."""
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        self.text, self.runs, self.status, self.note, self.waiting = text, list(runs), status, note, ""
+        self.text, self.runs, self.status, self.note, self.waiting, self.error = text, list(runs), status, note, "", error
         await self.query_one(Markdown).update(text)
         self.query_one(".message-tint", Static).update(tinted(text, self.runs))
         self.query_one(".message-header", Label).update(self._header())
 
-    def set_status(self, status: str, note: str = "") -> None:
-        self.status, self.note, self.waiting = status, note, ""
+    def set_status(self, status: str, note: str = "", error: str | None = None) -> None:
+        self.status, self.note, self.waiting, self.error = status, note, "", error
         self.query_one(".message-header", Label).update(self._header())

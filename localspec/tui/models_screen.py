@@ -25,7 +25,7 @@ from localspec.units import GIB, format_bytes
 
 def describe_check(result: PairCheck) -> Text:
     text = Text()
-    for role, report in (("target", result.target), ("draft", result.draft)):
+    for role, report in result.reports:
         where = "over HTTP" if report.remote else "from disk"
         size = f" of {format_bytes(report.file_size)}" if report.file_size else ""
         text.append(f"{role:<7}", style="bold")
@@ -117,7 +117,7 @@ class ModelsScreen(Screen[None]):
         if pair is None:
             return
         lines = [f"{pair.title}", pair.description] if pair.description else [pair.title]
-        for role, ref in (("target", pair.target), ("draft", pair.draft)):
+        for role, ref in pair.models:
             facts = ", ".join(x for x in (ref.quantization, format_bytes(ref.size) if ref.size else None, ref.license) if x)
             lines.append(f"{role}: {ref.label}" + (f" ({facts})" if facts else ""))
         if pair.tags:
@@ -193,7 +193,7 @@ class AddPairDialog(ModalScreen["str | None"]):
             yield Input(placeholder="id, e.g. my-7b", id="pair-id")
             yield Input(placeholder="title", id="pair-title")
             yield Input(placeholder="target: /path/to/target.gguf or OWNER/REPO/FILE.gguf", id="pair-target")
-            yield Input(placeholder="draft: /path/to/draft.gguf or OWNER/REPO/FILE.gguf", id="pair-draft")
+            yield Input(placeholder="draft: /path/to/draft.gguf or OWNER/REPO/FILE.gguf (empty: the target alone)", id="pair-draft")
             yield Label("", id="add-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")

@@ -23,6 +23,19 @@ from localspec.units import format_bytes
 
 
 class PairControl(AppState):
+    def pair_to_open(self) -> str:
+        """The pair the command line named, else the last pair used: the settings' (which a damaged settings file loses),
+        else the history's last answer's, else a pair whose files are here (the default first), else the default, which
+        is offered for download."""
+        for pair_id in (self.requested_pair, self.settings.last_pair, *self.history.pairs_used()):
+            if pair_id is not None and pair_id in self.catalog.pairs:
+                return pair_id
+        default = self.catalog.default
+        for pair in (default, *self.catalog.pairs.values()):
+            if download_status(pair_states(self.hub_config, pair)) == "yes":
+                return pair.id
+        return default.id
+
     def open_pair(self, pair_id: str) -> None:
         """Load the pair if its files are here; else offer to download it."""
         pair = self.catalog.get(pair_id)
@@ -30,12 +43,12 @@ class PairControl(AppState):
         if download_status(states) == "yes":
             self.start_loading(pair_id)
             return
-        if any(ref.is_local for ref in (pair.target, pair.draft)) and not all(s.complete for s in states if s.ref.is_local):
+        if any(ref.is_local for _, ref in pair.models) and not all(s.complete for s in states if s.ref.is_local):
             self.notify(f"Pair {pair_id!r} names a local file that is missing. Fix it in {pair.source}, or pick another pair (F2).",
                         severity="error", timeout=15)
             self.set_device_text(f"{pair_id}: missing local file · F2 to pick a pair")
             return
-        size = sum((ref.size or 0) for ref, state in zip((pair.target, pair.draft), states) if not state.complete)
+        size = sum((state.ref.size or 0) for state in states if not state.complete)
         self.set_device_text(f"{pair_id} is not downloaded · F2 for models")
 
         def answered(download: bool | None) -> None:

@@ -28,7 +28,7 @@ from localspec.tui import messages as m
 Post = Callable[[Message], object]
 
 
-def load(post: Post, pair: Pair, target: Path, draft: Path, settings: Settings, cancel: threading.Event) -> None:
+def load(post: Post, pair: Pair, target: Path, draft: Path | None, settings: Settings, cancel: threading.Event) -> None:
     try:
         loaded = load_pair(pair, target, draft, settings, lambda stage: post(m.PairLoadStage(pair.id, stage)), cancel)
     except LoadCancelled as exc:

@@ -17,7 +17,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
-from localspec.engine.errors import EngineError
+from localspec.engine.errors import DrafterChoiceError
 from localspec.engine.llama.head_context import HeadContext
 from localspec.engine.llama.model import Model
 
@@ -35,7 +35,7 @@ class MtpHead(HeadContext):
 
     def __init__(self, target: Model) -> None:
         if mtp_layers(target) < 1:
-            raise EngineError(f"{target.path.name} carries no MTP layers (its header has no nextn_predict_layers), so the mtp "
+            raise DrafterChoiceError(f"{target.path.name} carries no MTP layers (its header has no nextn_predict_layers), so the mtp "
                               "drafter cannot run on it: pick a target whose GGUF keeps them (an -MTP file), or another drafter.")
         super().__init__(target, int(llama_cpp.llama_model_n_embd_out(target.handles[0])))
         self.n_heads = mtp_layers(target)
