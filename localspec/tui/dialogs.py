@@ -86,11 +86,12 @@ model checks them in one pass. The output is the target's own.
 | Ctrl+P | all commands (rename, delete, copy a code block...) |
 | Ctrl+Q | quit |
 
-**The panel.** *accepted*: draft tokens the target confirmed, for this answer and this chat.
-*tok/pass*: tokens emitted per target pass (plain decoding is 1). *by position*: how often the
-draft's 1st, 2nd... token survives, among the drafts that reached it (past 8 positions, one character
-each: ▁ none, █ all). *vs plain*: this answer's rate over the target's own plain
-rate, timed on this machine.
+**The panel.** *auto chose*: under auto, its steps and the tokens they made by source (plain, lookup,
+the draft model...). *accepted*: draft tokens the target confirmed, for this answer and this chat.
+*tok/pass*: tokens emitted per target pass (plain decoding is 1). *accepted by draft position*: how
+often the draft's 1st, 2nd... token (*pos 1*, *pos 2*...) survives, among the drafts that reached it
+(past 8 positions, one character each: ▁ none, █ all). *vs plain*: this answer's rate over the
+target's own plain rate, timed on this machine.
 """
 
 
