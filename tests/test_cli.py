@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from localspec import __version__
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.defaults import AUTO_DRAFT_MAX
+from localspec.engine.drafters.auto.choice import Source
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import cli, hears_ctrl_c, run
@@ -57,7 +59,52 @@ def test_generate_uses_auto_by_default_and_reports_its_decisions(tiny):
 def test_generate_streams_text_and_a_summary(tiny):
     result = cli("generate", "--target", str(tiny["target"]), "--no-draft", "--prompt", "hi", "--max-tokens", "10")
     assert result.returncode == 0, result.stderr
-    assert "10 tokens" in result.stderr and "tok/s" in result.stderr
+    assert "[no drafter (plain decoding) · 10 tokens" in result.stderr and "tok/s" in result.stderr
+
+
+def summary_split(summary: str) -> tuple[int, dict[str, tuple[int, int]], int]:
+    """From generate's summary under auto: the answer's tokens, auto's {source: (tokens, steps)}, and the tokens no step made."""
+    total = int(re.search(r"\[auto, K up to \d+ · (\d+) tokens", summary).group(1))
+    line = re.search(r"\[auto chose: (.*)\]", summary).group(1)
+    split = {m["source"]: (int(m["tokens"]), int(m["steps"]))
+             for m in re.finditer(r"(?P<source>[A-Za-z+ -]+?) (?P<tokens>\d+) (?:tokens )?in (?P<steps>\d+)(?: steps)?(?: · |$)", line)}
+    first = re.search(r"(\d+) from the prompt's pass", line)
+    return total, split, int(first.group(1)) if first else 0
+
+
+def test_generate_names_the_drafter_and_splits_autos_steps_by_source(tiny):
+    """Issue 75: auto's summary read "[64 tokens · 14.3 tok/s · prompt 38 tokens in 493 ms]", with no drafter and no word of
+    what auto ran. It names the drafter, and gives auto's steps and the tokens they made by source, in text and JSON."""
+    args = ["generate", "--target", str(tiny["talkative"]), "--draft", str(tiny["talkative"]), "--prompt", "tell me everything",
+            "--max-tokens", "200"]
+    result = cli(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)["stats"]
+    split = stats["decisions_by_source"]
+    assert split and set(split) <= {source.value for source in Source}
+    assert sum(share["steps"] for share in split.values()) == stats["n_steps"] == sum(stats["decisions"].values())
+    assert sum(share["tokens"] for share in split.values()) == stats["predicted_n"] - 1 == 199  # the first: the prompt's pass
+    assert split.get("none", {"steps": 0, "tokens": 0})["steps"] == split.get("none", {"tokens": 0})["tokens"]  # one a plain step
+    drafting = {source: share for source, share in split.items() if source != "none"}
+    assert sum(share["tokens"] - share["steps"] for share in drafting.values()) == stats["draft_n_accepted"] > 0
+    summary = cli(*args).stderr  # the text summary: a run of its own (auto's choices follow the clock), read on its own terms
+    total, text_split, first = summary_split(summary)
+    assert total == 200 and first == 1 and text_split, summary
+    assert set(text_split) <= {source.display_name for source in Source}
+    assert sum(tokens for tokens, _ in text_split.values()) + first == total
+
+
+def test_generate_says_when_auto_drafted_nothing(tiny):
+    """Without a draft, auto's only source is prompt lookup, and this answer has nothing for it to copy (--drafter ngram
+    drafts nothing): auto decodes plainly throughout, and its summary says so."""
+    args = ["generate", "--target", str(tiny["target"]), "--prompt", "hi", "--max-tokens", "30"]
+    assert json.loads(cli(*args, "--drafter", "ngram", "--json").stdout)["stats"]["draft_n"] == 0
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert "[auto, K up to 32 · 30 tokens · " in result.stderr and "accepted" not in result.stderr
+    assert "[auto: plain decoding for all 30 tokens" in result.stderr
+    stats = json.loads(cli(*args, "--json").stdout)["stats"]
+    assert stats["decisions_by_source"] == {"none": {"steps": 29, "tokens": 29}} and stats["draft_n"] == 0
 
 
 def test_bad_sampling_value_is_a_clear_error(tiny):

@@ -426,6 +426,8 @@ def test_every_drafter_is_lossless_on_tiny_models(tiny, tmp_path, draft_name):
                 assert sum(stats.decisions.values()) == stats.n_steps  # auto reports every choice...
                 assert stats.draft_ms_by_decision.keys() == stats.decisions.keys()  # ...and where its drafting time went
                 assert sum(stats.draft_ms_by_decision.values()) == pytest.approx(stats.t_draft_ms)
+                # ...and the tokens each source's steps made: all but the first, the prompt's pass's (issue 75)
+                assert sum(share.tokens for share in stats.by_source) == stats.predicted_n - 1
             elif (drafter, draft_name) != ("hierarchical", "unrelated"):  # there the draft vetoes every lookup (tested below)
                 assert stats.draft_n > 0, drafter  # every drafter really drafted
 

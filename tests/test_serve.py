@@ -73,6 +73,18 @@ def test_stop_strings_max_tokens_seeds_and_per_request_drafting(server):
     assert plain.model_extra["localspec"]["drafter"] == "none" and "draft_n" not in plain.model_extra["timings"]
 
 
+def test_autos_choices_by_source_in_the_statistics_and_slots(server):
+    """Issue 75: what auto ran (plain, lookup, the draft model...) is the same split generate and the app show."""
+    reply = client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "tell me everything"}],
+                                                   max_tokens=40, extra_body={"localspec": {"drafter": "auto"}})
+    stats = reply.model_extra["localspec"]
+    split = stats["decisions_by_source"]
+    assert stats["drafter"] == "auto" and split and sum(share["steps"] for share in split.values()) == stats["n_steps"]
+    assert sum(share["tokens"] for share in split.values()) == reply.usage.completion_tokens - 1  # the first: the prompt's pass
+    status, slot_list = server.request("GET", "/slots")
+    assert status == 200 and any(s["localspec"]["decisions_by_source"] for s in slot_list)
+
+
 def test_completions_native_completion_and_the_prompt_cache(server):
     api = client(server)
     done = api.completions.create(model="tiny", prompt="the cat sat on the mat", max_tokens=6)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from localspec.engine.drafters.auto.choice import Source
+from localspec.engine.stats import SourceShare
 from localspec.session.live_stats import StatsSnapshot
 from localspec.tui.stats_panel import render_snapshot
 
 DRAFTED = StatsSnapshot(generated=40, acceptance_answer=0.7, acceptance_conversation=0.7, tokens_per_pass=2.1, acceptance_by_position=[0.8, 0.6],
                         recent_acceptance=[0.7], tokens_per_second_now=30.0, tokens_per_second_avg=28.0, plain_tokens_per_second=20.0,
-                        speedup=1.4, t_draft_ms=10.0, t_verify_ms=80.0, t_other_ms=10.0, drafter="model", draft_max=4, prompt_tokens=30,
+                        speedup=1.4, t_draft_ms=10.0, t_verify_ms=80.0, t_other_ms=10.0, drafter="model", draft_max=4, by_source=[], prompt_tokens=30,
                         context_used=70, n_ctx=4096)
 
 
@@ -24,10 +26,35 @@ def test_every_drafted_position_is_shown_when_k_passes_eight():
     """Issue 56: the bars stopped at position 8 (a `[:8]` slice); with K up to 32 they read 100% beside "accepted 45.8%"."""
     falling = [1.0 - i / 31 for i in range(32)]  # position 1 always through, position 32 never
     text = render_snapshot(replace(DRAFTED, acceptance_by_position=falling, draft_max=32)).plain
-    assert "by position 1-32" in text
-    rows = [line for line in text.splitlines() if line[:3].strip() in ("1", "21")]
-    assert [len(row.split()[1]) for row in rows] == [20, 12]  # one character per position, all 32 of them
-    assert rows[0].split()[1][0] == "█" and rows[1].split()[1][-1] == "▁"
+    assert "accepted by pos ▁0% █100%" in text  # what the rows and their marks mean
+    rows = [line for line in text.splitlines() if line.startswith("pos ")]
+    assert [row.split()[1] for row in rows] == ["1", "21"]  # issue 75: rows read "1" and "21", with nothing to say what of
+    assert [len(row.split()[2]) for row in rows] == [20, 12]  # one character per position, all 32 of them
+    assert rows[0].split()[2][0] == "█" and rows[1].split()[2][-1] == "▁"
     assert all(len(line) <= 27 for line in text.splitlines())  # the panel's width
     eight = render_snapshot(replace(DRAFTED, acceptance_by_position=falling[:8])).plain
-    assert eight.count("%\n") >= 8 and "by position\n" in eight  # up to 8: a bar and a figure each
+    assert [line.split()[:2] for line in eight.splitlines() if line.startswith("pos ")] == [["pos", str(i)] for i in range(1, 9)]
+    assert eight.count("%\n") >= 8 and "accepted by draft position" in eight  # up to 8: a bar and a figure each
+
+
+AUTO = replace(DRAFTED, drafter="auto", draft_max=32, by_source=[SourceShare(Source.MODEL, 10, 31), SourceShare(Source.NONE, 6, 6),
+                                                                  SourceShare(Source.NGRAM, 1, 2)])
+
+
+def test_autos_choices_are_split_by_source_in_the_panel():
+    """Issue 75: the panel read "drafter auto · K=32" with no word of what auto ran: lookup, the draft model or plain."""
+    text = render_snapshot(AUTO).plain
+    assert "auto · K≤32" in text  # a cap: auto picks K each step
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("auto chose"))
+    assert lines[header].split() == ["auto", "chose", "steps", "tokens"]
+    assert [line.rsplit(maxsplit=2) for line in lines[header + 1 : header + 4]] == [["draft model", "10", "31"], ["plain", "6", "6"],
+                                                                                     ["lookup", "1", "2"]]
+    assert all(len(line) <= 27 for line in lines)
+
+
+def test_an_auto_answer_that_drafted_nothing_says_it_decoded_plainly():
+    plain = replace(AUTO, acceptance_answer=None, acceptance_by_position=[], by_source=[SourceShare(Source.NONE, 39, 39)])
+    text = render_snapshot(plain).plain
+    assert "auto: plain decoding for\nall 40 tokens" in text and "auto chose" not in text
+    assert all(len(line) <= 27 for line in text.splitlines())

@@ -77,14 +77,36 @@ def run_generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         if finished.message:
             print(f"localspec: {finished.message}", file=sys.stderr)
-        print(_summary_line(stats), file=sys.stderr)
+        print(_summary(stats), file=sys.stderr)
     return 0
 
 
-def _summary_line(stats: GenerationStats) -> str:
-    parts = [f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s"]
+def _summary(stats: GenerationStats) -> str:
+    """What ran and how it went; under auto, a second line with what it chose (stats.by_source)."""
+    parts = [_drafter_named(stats), f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s"]
     if stats.draft_n:
         parts.append(f"accepted {stats.draft_n_accepted}/{stats.draft_n} ({100 * stats.acceptance_rate:.1f}%)")
         parts.append(f"{stats.tokens_per_step:.2f} tok/pass")
     parts.append(f"prompt {stats.prompt_n} tokens in {stats.prompt_ms:.0f} ms")
-    return "[" + " · ".join(parts) + "]"
+    line = "[" + " · ".join(parts) + "]"
+    return line + "\n" + _auto_choices(stats) if stats.drafter == registry.ADAPTIVE else line
+
+
+def _drafter_named(stats: GenerationStats) -> str:
+    if not registry.spec(stats.drafter).drafts or stats.draft_max == 0:
+        return "no drafter (plain decoding)"
+    if registry.spec(stats.drafter).chooses_k:
+        return f"{stats.drafter}, K up to {stats.draft_max}"
+    return f"{stats.drafter} K={stats.draft_max}"
+
+
+def _auto_choices(stats: GenerationStats) -> str:
+    """auto's steps and their tokens by source; when it drafted nothing, that it decoded plainly throughout."""
+    if not stats.draft_n:
+        return f"[auto: plain decoding for all {stats.predicted_n} tokens: no draft it could make was expected to be faster]"
+    shares = stats.by_source
+    parts = [f"{shares[0].source.display_name} {shares[0].tokens} tokens in {shares[0].steps} steps"]
+    parts += [f"{share.source.display_name} {share.tokens} in {share.steps}" for share in shares[1:]]
+    if first := stats.predicted_n - sum(share.tokens for share in shares):  # the answer's first token is no step's
+        parts.append(f"{first} from the prompt's pass")
+    return "[auto chose: " + " · ".join(parts) + "]"

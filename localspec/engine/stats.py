@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from localspec.engine.drafters.auto.choice import Source, label_source
+
 
 @dataclass
 class GenerationStats:
@@ -33,8 +35,10 @@ class GenerationStats:
     t_bridge_ms: float = 0.0  # translating a draft of another tokenizer, both ways (part of the Python; one slot's)
     # target verify passes by batch size: {n_tokens: [count, total_ms]}, for cost models
     verify_ms_by_batch: dict[int, list[float]] = field(default_factory=dict)
-    # the auto controller's choices: {"ngram K=6": steps, ...}, and the tokens per step it predicted in total
+    # the auto controller's choices: {"ngram K=6": steps, ...}, the tokens those steps emitted, and the tokens per step it
+    # predicted in total
     decisions: dict[str, int] = field(default_factory=dict)
+    tokens_by_decision: dict[str, int] = field(default_factory=dict)
     predicted_tokens_total: float = 0.0
     # ...and the drafting time each choice took in all ({"model K=3": ms}): where t_draft_ms went (issue 55)
     draft_ms_by_decision: dict[str, float] = field(default_factory=dict)
@@ -58,8 +62,10 @@ class GenerationStats:
         entry[0] += 1
         entry[1] += target_decode_ms
 
-    def record_decision(self, label: str, predicted_tokens: float, draft_ms: float) -> None:
+    def record_decision(self, label: str, predicted_tokens: float, draft_ms: float, tokens: int) -> None:
+        """One step's choice (auto's), and the tokens the step emitted."""
         self.decisions[label] = self.decisions.get(label, 0) + 1
+        self.tokens_by_decision[label] = self.tokens_by_decision.get(label, 0) + tokens
         self.predicted_tokens_total += predicted_tokens
         self.draft_ms_by_decision[label] = self.draft_ms_by_decision.get(label, 0.0) + draft_ms
 
@@ -68,6 +74,17 @@ class GenerationStats:
         """What the controller expected per step, to set beside tokens_per_step (what it got)."""
         steps = sum(self.decisions.values())
         return self.predicted_tokens_total / steps if steps else None
+
+    @property
+    def by_source(self) -> list[SourceShare]:
+        """auto's choices by what drafted them (plain, lookup, the draft model...), most tokens first: the one split the
+        app's panel, generate's summary and the server's statistics show. Empty for a drafter that does not choose."""
+        shares: dict[Source, list[int]] = {}
+        for label, steps in self.decisions.items():
+            share = shares.setdefault(label_source(label), [0, 0])
+            share[0] += steps
+            share[1] += self.tokens_by_decision.get(label, 0)
+        return sorted((SourceShare(source, steps, tokens) for source, (steps, tokens) in shares.items()), key=lambda s: (-s.tokens, -s.steps))
 
     def _reach_position(self, n: int) -> None:
         """Grow the per-position counters to cover n draft positions."""
@@ -93,6 +110,8 @@ class GenerationStats:
                 entry[1] += ms
             for label, count in s.decisions.items():
                 total.decisions[label] = total.decisions.get(label, 0) + count
+            for label, tokens in s.tokens_by_decision.items():
+                total.tokens_by_decision[label] = total.tokens_by_decision.get(label, 0) + tokens
             for label, ms in s.draft_ms_by_decision.items():
                 total.draft_ms_by_decision[label] = total.draft_ms_by_decision.get(label, 0.0) + ms
         return total
@@ -135,4 +154,20 @@ class GenerationStats:
         for name in ("acceptance_rate", "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second",
                      "t_other_ms", "python_ms_per_step", "predicted_tokens_per_step"):
             out[name] = getattr(self, name)
+        out["decisions_by_source"] = decisions_by_source(self)
         return out
+
+
+@dataclass(frozen=True)
+class SourceShare:
+    """The steps auto drafted from one source, and the tokens they emitted (the answer's first token, from the prompt's
+    pass, is no step's)."""
+
+    source: Source
+    steps: int
+    tokens: int
+
+
+def decisions_by_source(stats: GenerationStats) -> dict[str, dict[str, int]]:
+    """The split as JSON (generate --json, the server's `localspec` statistics and /slots): {"model": {"steps", "tokens"}}."""
+    return {share.source.value: {"steps": share.steps, "tokens": share.tokens} for share in stats.by_source}

@@ -14,6 +14,7 @@ from localspec.engine.drafters import registry
 from localspec.engine.events import Finished, TokenEvent
 from localspec.engine.fim import fim_prompt
 from localspec.engine.llama.model import Model
+from localspec.engine.stats import decisions_by_source
 from localspec.errors import UsageError
 from localspec.serve.jobs import Started
 from localspec.serve.openai_routes import server
@@ -66,7 +67,8 @@ def _slot_stats(state: ServerState, view: SlotView) -> dict[str, Any]:
     return {"drafter": stats.drafter if stats else state.options.drafter, "tokens_cached": view.tokens_cached,
             "draft_n": stats.draft_n if stats else 0, "draft_n_accepted": stats.draft_n_accepted if stats else 0,
             "acceptance_rate": stats.acceptance_rate if stats and stats.draft_n else None,
-            "acceptance_by_position": stats.acceptance_by_position if stats else []}
+            "acceptance_by_position": stats.acceptance_by_position if stats else [],
+            "decisions_by_source": decisions_by_source(stats) if stats else {}}
 
 
 @router.post("/apply-template")

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from localspec.engine.events import StopReason
-from localspec.engine.stats import GenerationStats
+from localspec.engine.stats import GenerationStats, decisions_by_source
 
 FINISH_REASONS = {StopReason.EOS: "stop", StopReason.STOP_STRING: "stop", StopReason.MAX_TOKENS: "length",
                   StopReason.CONTEXT_FULL: "length", StopReason.CANCELLED: "stop"}
@@ -66,7 +66,7 @@ def localspec_stats(stats: GenerationStats, plain_ms_per_token: float) -> dict[s
         "draft_n_per_pos": stats.draft_n_per_pos, "n_acc_tokens_per_pos": stats.n_acc_tokens_per_pos,
         "tokens_per_step": stats.tokens_per_step, "n_steps": stats.n_steps,
         "t_draft_ms": stats.t_draft_ms, "t_verify_ms": stats.t_verify_ms, "t_other_ms": stats.t_other_ms,
-        "decisions": stats.decisions, "plain_per_second": plain_rate,
+        "decisions": stats.decisions, "decisions_by_source": decisions_by_source(stats), "plain_per_second": plain_rate,
         "speedup": stats.predicted_per_second / plain_rate if plain_rate else None,
     }
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from localspec.engine.events import TokenEvent
-from localspec.engine.stats import GenerationStats
+from localspec.engine.stats import GenerationStats, SourceShare
 
 SPARK_STEPS = 48  # acceptance of the last steps, for the sparkline
 RATE_WINDOW_S = 1.5  # "tokens/s now" looks this far back
@@ -37,6 +37,7 @@ class StatsSnapshot:
     t_other_ms: float
     drafter: str
     draft_max: int
+    by_source: list[SourceShare]  # auto's steps and tokens by what drafted them (empty for any other drafter)
     prompt_tokens: int
     context_used: int
     n_ctx: int
@@ -94,6 +95,7 @@ class LiveStats:
             t_other_ms=max(0.0, elapsed_ms - stats.t_draft_ms - stats.t_verify_ms),
             drafter=stats.drafter,
             draft_max=stats.draft_max,
+            by_source=stats.by_source,
             prompt_tokens=stats.prompt_n,
             context_used=context_used,
             n_ctx=self.n_ctx,

@@ -85,12 +85,13 @@ HELP = """\
 **localspec** chats with a local model pair: a small **draft** model proposes tokens, the large
 **target** model checks them in one pass. The output is the target's own.
 
-**The panel.** *accepted*: draft tokens the target confirmed, for this answer and this chat.
-*tok/pass*: tokens emitted per target pass (plain decoding is 1). *by position*: how often the
-draft's 1st, 2nd... token survives, among the drafts that reached it (past 8 positions, one character
-each: ▁ none, █ all). *vs plain*: this answer's rate over the target's own plain
-rate, timed on this machine. Where the terminal is too narrow for the panel beside the chat, its
-chief numbers fold into one line under it.
+**The panel.** *auto chose*: under auto, its steps and the tokens they made by source (plain, lookup,
+the draft model...). *accepted*: draft tokens the target confirmed, for this answer and this chat.
+*tok/pass*: tokens emitted per target pass (plain decoding is 1). *accepted by draft position*: how
+often the draft's 1st, 2nd... token (*pos 1*, *pos 2*...) survives, among the drafts that reached it
+(past 8 positions, one character each: ▁ none, █ all). *vs plain*: this answer's rate over the
+target's own plain rate, timed on this machine. Where the terminal is too narrow for the panel
+beside the chat, its chief numbers fold into one line under it.
 """
 
 

@@ -35,20 +35,22 @@ def render_snapshot(s: StatsSnapshot) -> Text:
         text.append(f"{label:<10}", style="dim")
         text.append(value + "\n", style=style)
 
-    line("drafter", "none (plain)" if not registry.spec(s.drafter).drafts or s.draft_max == 0 else f"{s.drafter} · K={s.draft_max}")
+    line("drafter", _drafter_named(s))
+    if s.drafter == registry.ADAPTIVE:
+        _auto_choices(text, s)
     line("accepted", f"{percent(s.acceptance_answer)} answer", "bold")
     line("", f"{percent(s.acceptance_conversation)} chat")
     line("tok/pass", f"{s.tokens_per_pass:.2f}")
     rates = s.acceptance_by_position
-    if len(rates) > BAR_POSITIONS:  # every drafted position, each the share of the drafts reaching it that got through it
-        text.append(f"by position 1-{len(rates)} ▁0 █100%\n", style="dim")
+    if len(rates) > BAR_POSITIONS:  # a character per position: of the drafts that reached it, the share accepted up to it
+        text.append("accepted by pos ▁0% █100%\n", style="dim")
         for start in range(0, len(rates), SPARK_COLUMNS):
-            text.append(f"{start + 1:>3} ", style="dim")
+            text.append(f"pos {start + 1:<3}", style="dim")
             text.append(sparkline(rates[start : start + SPARK_COLUMNS]) + "\n", style="green")
     elif rates:
-        text.append("by position\n", style="dim")
+        text.append("accepted by draft position\n", style="dim")
         for i, rate in enumerate(rates, start=1):
-            text.append(f"{i:>3} ", style="dim")
+            text.append(f"pos {i:<2}", style="dim")
             text.append(bar(rate), style="green")
             text.append(f" {100 * rate:3.0f}%\n")
     if s.recent_acceptance:
@@ -87,6 +89,23 @@ def render_summary(s: StatsSnapshot, width: int) -> Text:
             break
         shown.append(part)
     return Text(" · ".join(shown), style="bold" if shown else "")
+
+
+def _drafter_named(s: StatsSnapshot) -> str:
+    if not registry.spec(s.drafter).drafts or s.draft_max == 0:
+        return "none (plain)"
+    return f"{s.drafter} · K≤{s.draft_max}" if registry.spec(s.drafter).chooses_k else f"{s.drafter} · K={s.draft_max}"
+
+
+def _auto_choices(text: Text, s: StatsSnapshot) -> None:
+    """What auto chose this answer: steps and the tokens they emitted by source, or that it decoded plainly throughout."""
+    if s.acceptance_answer is None:  # nothing drafted
+        text.append("auto: plain decoding for\n", style="dim")
+        text.append(f"all {s.generated} tokens\n")
+        return
+    text.append(f"{'auto chose':<13}{'steps':>6}{'tokens':>7}\n", style="dim")
+    for share in s.by_source:
+        text.append(f"{share.source.display_name:<13}{share.steps:>6}{share.tokens:>7}\n")
 
 
 class StatsPanel(Widget):

@@ -327,10 +327,12 @@ class BatchScheduler:
             raise EngineError(f"{self.target.path.name} could not roll back a draft of {len(draft.tokens)} tokens")
         slot.last = verdict.token
         stats.record_step(draft.n_tokens, verdict.n_accepted, draft_ms, verify_ms, verify_ms, draft.depth)
-        if draft.choice is not None:
-            stats.record_decision(draft.choice.label, draft.choice.predicted, draft_ms)
         drafter.accept(slot.seq, [*verdict.accepted, verdict.token])
-        return emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
+        emitted_before = stats.predicted_n
+        events, reason = emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
+        if draft.choice is not None:  # with the tokens the step emitted (an end of generation or max_tokens may cut them)
+            stats.record_decision(draft.choice.label, draft.choice.predicted, draft_ms, stats.predicted_n - emitted_before)
+        return events, reason
 
     def release(self, slot: Slot) -> None:
         """Let go of a slot's request with no more events (its caller stopped listening); its cells stay, as a cache."""

@@ -17,6 +17,20 @@ class Source(StrEnum):
     EAGLE3 = "eagle3"  # an EAGLE-3 head, where the pair's draft is one
     HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
 
+    @property
+    def display_name(self) -> str:
+        """The source as a person reads it (the app's panel, generate's summary)."""
+        return DISPLAY_NAMES[self]
+
+
+DISPLAY_NAMES = {Source.NONE: "plain", Source.NGRAM: "lookup", Source.MODEL: "draft model", Source.MTP: "MTP head",
+                 Source.EAGLE3: "EAGLE-3 head", Source.HYBRID: "lookup+model"}
+
+
+def label_source(label: str) -> Source:
+    """The source a label (draft_label's) names: its first word."""
+    return Source(label.split(" ", 1)[0])
+
 
 def draft_label(source: Source, k: int, lookup_k: int) -> str:
     """A step's choice as the statistics name it: none, "ngram K=3", "hybrid K=3+5" (lookup tokens + the model's)."""
