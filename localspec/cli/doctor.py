@@ -32,7 +32,7 @@ from localspec.session import plain_speed
 from localspec.session.settings import settings_path
 from localspec.units import format_bytes
 
-BUSY_CPUS = 0.5  # other programs' use worth a word: half a CPU held stalls a thread of every pass
+BUSY_CPUS = 0.5  # other programs' use worth a word: from half a CPU, a pass takes a thread fewer (engine/llama/cpu_share.py)
 
 
 def _row(label: str, value: str, indent: int = 2) -> None:
@@ -65,10 +65,10 @@ def _print_hardware(info: MachineInfo, verdict: amx.AmxVerdict) -> None:
     cpu = next((f", {d.description}" for d in info.devices if d.kind == "CPU"), "")
     _row("CPU cores", f"{info.physical_cores} physical ({info.logical_cores} logical){cpu}")
     _row("RAM", _memory(info.ram_available, info.ram_total))
-    busy = cpu_load.busy_cores(info.logical_cores)
+    busy = cpu_load.busy_cores()
     if busy is not None:
         _row("CPU in use", f"{busy:.1f} of {info.logical_cores} CPUs by other programs now" + (
-            ": localspec's threads share them, so it decodes slower until they finish" if busy >= BUSY_CPUS else ""))
+            ": localspec takes a thread fewer for each CPU they hold, and decodes slower until they finish" if busy >= BUSY_CPUS else ""))
     if verdict.offered:
         _row("AMX", f"used: {verdict.reason}" if verdict.sound else f"not used: {verdict.reason}")
 

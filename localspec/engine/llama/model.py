@@ -24,7 +24,7 @@ import numpy as np
 from localspec.engine import defaults, prompt_passes
 from localspec.engine.errors import EngineError, LoadCancelled, ModelLoadError
 from localspec.engine.grammar import Grammar
-from localspec.engine.llama import amx, device_faults, failures, hardware, llama_log
+from localspec.engine.llama import amx, cpu_share, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
 from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.engine.llama.load_abort import LoadAbort
@@ -122,6 +122,7 @@ class Model(ModelFacts):
         ctx_params.kv_unified = n_seq > 1
         ctx_params.n_threads = self.n_threads
         ctx_params.n_threads_batch = self.n_threads
+        self.threads_now = self.n_threads  # what passes take now: fewer while other programs hold cores (cpu_share.py)
         ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
         recurrent = llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         ctx_params.n_rs_seq = RECURRENT_SNAPSHOTS if recurrent else 0  # llama.cpp keeps 0 where the architecture has none
@@ -338,6 +339,8 @@ class Model(ModelFacts):
                 batch.seq_id[i][j] = seq
             batch.logits[i] = wants_logits[i]
         batch.n_tokens = n
+        if self.config.n_threads is None:  # a count the user set is kept as it is
+            self._take_threads(cpu_share.SHARE.threads(self.n_threads))
         start = time.perf_counter_ns()
         rc = llama_cpp.llama_decode(self._ctx, batch)
         if rc == 0:  # CUDA, Metal and RPC return before the pass is done: its time ends when its work does
@@ -351,6 +354,11 @@ class Model(ModelFacts):
         self.n_decoded += n
         address = ctypes.cast(pointer, ctypes.c_void_p).value if pointer is not None else None
         return self._logits_view(address, outputs) if address is not None else np.empty((0, self.n_vocab), dtype=np.float32)
+
+    def _take_threads(self, threads: int) -> None:
+        if threads != self.threads_now:
+            llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
+            self.threads_now = threads
 
     def _logits_view(self, address: int, outputs: int) -> np.ndarray:
         """The (outputs, n_vocab) view of llama.cpp's logits buffer, made again only when the buffer moves or the row count
