@@ -124,33 +124,6 @@ TIME_TOOL = {"type": "function", "function": {"name": "get_time", "description":
                                                              "required": ["zone"]}}}
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
-def test_a_forced_tool_call_is_made_even_where_the_model_would_chat(server, choice):
-    """Issue 57: tool_choice "required" and a named function, with "Hi, how are you?", ended with finish_reason "stop" and
-    the call as raw text. The answer is now held to the tools' parameter schemas and comes back as tool_calls."""
-    messages = [{"role": "user", "content": "Hi, how are you?"}]
-    for stream in (False, True):
-        reply = api(server).chat.completions.create(model="qwen", messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice,
-                                                    max_tokens=80, temperature=0, stream=stream)
-        if stream:
-            chunks = list(reply)
-            calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-            finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
-        else:
-            calls, finish = reply.choices[0].message.tool_calls or [], [reply.choices[0].finish_reason]
-        assert finish == ["tool_calls"] and len(calls) == 1, (stream, finish, calls)
-        arguments = json.loads(calls[0].function.arguments)
-        wanted = ("get_weather",) if isinstance(choice, dict) else ("get_weather", "get_time")
-        assert calls[0].function.name in wanted and isinstance(arguments, dict), calls
-        assert set(arguments) == {"city" if calls[0].function.name == "get_weather" else "zone"}, arguments  # the tool's schema
-    status, unknown = server.request("POST", "/v1/chat/completions", {"messages": messages, "tools": [WEATHER_TOOL],
-                                                                      "tool_choice": {"type": "function", "function": {"name": "nope"}}})
-    assert status == 400 and "which `tools` does not offer" in unknown["error"]["message"]
-
-
-BOTH = [{"role": "user", "content": "What's the weather in Paris and what time is it in Tokyo? Call both tools."}]
-
-
 def _calls(reply: Any, stream: bool) -> tuple[list[tuple[str, dict]], list[str | None]]:
     """The calls and the finish reasons of a reply, streamed or not."""
     if stream:
@@ -160,6 +133,27 @@ def _calls(reply: Any, stream: bool) -> tuple[list[tuple[str, dict]], list[str |
     else:
         calls, finish = reply.choices[0].message.tool_calls or [], [reply.choices[0].finish_reason]
     return [(call.function.name, json.loads(call.function.arguments)) for call in calls], finish
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_tool_call_is_made_even_where_the_model_would_chat(server, choice):
+    """Issue 57: tool_choice "required" and a named function, with "Hi, how are you?", ended with finish_reason "stop" and
+    the call as raw text. The answer is now held to the tools' parameter schemas and comes back as tool_calls."""
+    messages = [{"role": "user", "content": "Hi, how are you?"}]
+    for stream in (False, True):
+        reply = api(server).chat.completions.create(model="qwen", messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice,
+                                                    max_tokens=80, temperature=0, stream=stream)
+        calls, finish = _calls(reply, stream)
+        assert finish == ["tool_calls"] and len(calls) == 1, (stream, finish, calls)
+        (name, arguments), wanted = calls[0], ("get_weather",) if isinstance(choice, dict) else ("get_weather", "get_time")
+        assert name in wanted and isinstance(arguments, dict), calls
+        assert set(arguments) == {"city" if name == "get_weather" else "zone"}, arguments  # the tool's schema
+    status, unknown = server.request("POST", "/v1/chat/completions", {"messages": messages, "tools": [WEATHER_TOOL],
+                                                                      "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+    assert status == 400 and "which `tools` does not offer" in unknown["error"]["message"]
+
+
+BOTH = [{"role": "user", "content": "What's the weather in Paris and what time is it in Tokyo? Call both tools."}]
 
 
 @pytest.mark.parametrize("choice", ["required", "auto"])
