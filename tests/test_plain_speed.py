@@ -13,8 +13,9 @@ import pytest
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.session import plain_speed
 from tests.conftest import cli
+from tests.test_app import Setup, ask, local_pair, run_async, setup  # noqa: F401 (setup: the fixture)
 
-INFLATED = 1000.0  # the record's "best" rewritten to a rate no machine reaches: every real rate is then far below it
+INFLATED = 1e7  # the record's "best" rewritten to a rate no machine reaches (a tiny model decodes at thousands a second)
 
 
 @pytest.fixture
@@ -65,3 +66,21 @@ def test_generate_warns_when_plain_decoding_runs_far_below_this_machines_best_an
     assert "Plain decoding here" in doctor.stdout and "talkative.gguf" in doctor.stdout
     assert f"best {INFLATED:.1f}" in doctor.stdout and "far below its best" in doctor.stdout
     assert "CPU in use" in doctor.stdout
+
+
+@run_async
+async def test_the_app_says_when_plain_decoding_runs_far_below_this_machines_best(setup: Setup, tiny, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the record (and the costs) of this test alone
+    setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative"]), last_pair="tiny", max_tokens=40, drafter="none")
+    app = setup.app()
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await ask(pilot, app, "tell me everything")
+        assert not [n for n in app._notifications if "tok/s" in n.message]  # its own best: nothing to say
+        record = tmp_path / "cache" / "localspec" / "plain-speed.json"
+        data = json.loads(record.read_text())
+        (key,) = data
+        data[key]["best"] = INFLATED
+        record.write_text(json.dumps(data))
+        await ask(pilot, app, "tell me more")
+        said = [n.message for n in app._notifications if "tok/s" in n.message]
+    assert len(said) == 1 and f"of the {INFLATED:.1f} tok/s this machine gave it before" in said[0], said
