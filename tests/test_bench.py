@@ -84,7 +84,7 @@ def test_bench_reports_every_mode_and_writes_json_and_charts(tmp_path, tiny):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"chart: {path}" in result.stdout
 
 
-def test_bench_at_a_temperature_compares_speculative_sampling_with_sample_and_match(tmp_path, tiny):
+def test_bench_at_a_temperature_compares_speculative_sampling_with_keyed_draws_and_sample_and_match(tmp_path, tiny):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "tell me everything"}\n{"id": "b", "prompt": "the cat sat on the mat"}\n')
     out = tmp_path / "bench.json"
@@ -93,9 +93,9 @@ def test_bench_at_a_temperature_compares_speculative_sampling_with_sample_and_ma
     assert result.returncode == 0, result.stderr
     assert not list(tmp_path.rglob("*.png")) and "chart:" not in result.stdout  # charts only when --charts asks
     assert "Verification at the same temperature, prompts and seeds" in result.stdout
-    assert "K=3: speculative sampling" in result.stdout and "sample-and-match" in result.stdout
+    assert "K=3: speculative sampling" in result.stdout and "keyed draws" in result.stdout and "sample-and-match" in result.stdout
     data = json.loads(out.read_text())
-    assert [mode["label"] for mode in data["modes"]] == ["plain", "model K=3", "auto K≤5", "model K=3 sample-match"]
+    assert [mode["label"] for mode in data["modes"]] == ["plain", "model K=3", "auto K≤5", "model K=3 keyed", "model K=3 sample-match"]
     assert all(m["departs_at"] is None for m in data["measurements"])  # not judged against plain at temperature > 0
     seeds = {m["prompt"]: set() for m in data["measurements"]}
     for m in data["measurements"]:
