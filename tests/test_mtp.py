@@ -291,7 +291,7 @@ def test_the_server_drafts_with_the_head_and_reports_it_as_llama_cpp_does(heads,
         assert re.search(rf"^llamacpp:spec_decode_num_draft_tokens_total {timings['draft_n']}\b", metrics, re.MULTILINE), metrics
     with live_server(tmp_path, "--target", str(arch_models.write(tmp_path, "qwen35")), "--parallel", "2") as server:
         status, refused = server.request("POST", "/completion", {**body, "localspec": {"drafter": "mtp"}})
-        assert status == 400 and "mtp needs a target with MTP layers" in json.dumps(refused), refused
+        assert status == 400 and "mtp drafter needs a target with MTP layers" in json.dumps(refused), refused
 
 
 def test_the_memory_plan_counts_the_heads_cells_and_compute_buffer_as_llama_cpp_allocates_them(heads, tmp_path):
