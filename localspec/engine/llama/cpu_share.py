@@ -46,14 +46,15 @@ class CpuShare:
     def __init__(self) -> None:
         self._last: tuple[float, float, float] | None = None  # (wall, machine busy, this process's CPU) at the last look
         self.others = 0.0  # CPUs' worth of other programs' work over the last interval
+        self._left = usable_cpus()  # the CPUs left to this process at the last look, rounded: what a pass may take
 
     def threads(self, configured: int) -> int:
-        """The threads a pass should take now: as many as CPUs are left to this process, 1 to `configured`."""
+        """The threads a pass should take now: as many as CPUs are left to this process, 1 to `configured`. Every pass
+        asks, so between looks this is a clock read and a comparison."""
         now = time.monotonic()
         if self._last is None or now - self._last[0] >= SAMPLE_S:
             self._look(now)
-        left = usable_cpus() - self.others
-        return max(1, min(configured, math.floor(left + 0.5)))
+        return max(1, min(configured, self._left))
 
     def _look(self, now: float) -> None:
         busy, own = cpu_busy_seconds(), time.process_time()
@@ -62,6 +63,7 @@ class CpuShare:
         if self._last is not None and now > self._last[0]:
             wall, busy_before, own_before = self._last
             self.others = max(0.0, (busy - busy_before) - (own - own_before)) / (now - wall)
+            self._left = math.floor(usable_cpus() - self.others + 0.5)
         self._last = (now, busy, own)
 
 
