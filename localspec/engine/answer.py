@@ -23,8 +23,8 @@ def first_token(target: Model, row: np.ndarray, config: GenerationConfig, draws:
     """The answer's first token, judged on the prompt's last row with no draft: the token, its events, and whether the
     answer ends there."""
     nothing = Draft()
-    verdict = judge(nothing, row, config, draws, stats.predicted_n)
-    margins = top2_margins(row) if config.record_margins else None
+    verdict, judged = judge(nothing, row, config, draws, stats.predicted_n)
+    margins = top2_margins(judged) if config.record_margins else None
     events, reason = emitted_tokens(target, nothing, verdict, margins, text, stats, config)
     return verdict.token, events, reason
 
@@ -36,6 +36,8 @@ def emitted_tokens(target: Model, draft: Draft, verdict: Verdict, margins: np.nd
     final_source = TokenSource.TARGET if not draft.tokens else (
         TokenSource.BONUS if verdict.n_accepted == draft.branch_length(verdict.branch) else TokenSource.CORRECTION
     )
+    if config.grammar is not None:  # its time so far, which the step's events carry
+        stats.t_grammar_ms, stats.grammar_rows = config.grammar.ns / 1e6, config.grammar.rows
     events: list[TokenEvent] = []
     for i, token in enumerate([*verdict.accepted, verdict.token]):
         if target.vocab.is_eog(token):
@@ -58,13 +60,14 @@ def closing_events(text: TextAssembler, stats: GenerationStats, reason: StopReas
     return [*held_back, Finished(reason, stats, message, text.stop_word)]
 
 
-def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, draws: Draws, position: int) -> Verdict:
+def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, draws: Draws, position: int) -> tuple[Verdict, np.ndarray]:
     """The target's verdict on a draft from its verify rows, the first of which chooses the answer's token `position`:
     greedy at temperature 0, else the configured rule; with penalties or a logit bias, the penalised target's
-    (engine/penalties.py); under a grammar, the constrained target's (engine/grammar.py)."""
+    (engine/penalties.py); under a grammar, the constrained target's (engine/grammar.py). With the rows as judged: how
+    near a tie each choice was is measured on those."""
     penalties = config.penalties
     if config.grammar is None and penalties is None:
-        return _judge(draft, rows, config, draws, position)
+        return _judge(draft, rows, config, draws, position), rows
     if draft.fork is not None:
         raise EngineError("A tree draft cannot be verified under a grammar or penalties; use another drafter.")
     if penalties is not None:
@@ -76,7 +79,7 @@ def judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, draws: Draws
     for state in (penalties, config.grammar):
         if state is not None:
             state.accept(emitted)
-    return verdict
+    return verdict, rows
 
 
 def _judge(draft: Draft, rows: np.ndarray, config: GenerationConfig, draws: Draws, position: int) -> Verdict:

@@ -43,8 +43,13 @@ class GenerationConfig:
         never q; else from q at the request's own sampling (speculative sampling needs q; keyed draws share the noise)."""
         return None if self.sampling.greedy or self.rule == "sample-match" else self.sampling
 
-    def draft_cap(self, room: int, predicted_n: int, limit: int | None = None) -> int:
-        """The most draft tokens a step may take: K, the cells left after the last settled token (`room`), the tokens the
-        answer has left besides the target's own, and (several slots) each slot's share of a pass (`limit`)."""
-        cap = min(self.draft_max, room, self.max_tokens - predicted_n - 1)
+    def draft_room(self, room: int, predicted_n: int, limit: int | None = None) -> int:
+        """The most tokens a step may draft, K aside: the cells left after the last settled token (`room`), the tokens the
+        answer has left besides the target's own, and (several slots) each slot's share of a pass (`limit`). A grammar's
+        forced text takes what it needs of it (scheduler.py)."""
+        cap = min(room, self.max_tokens - predicted_n - 1)
         return max(0, cap if limit is None else min(cap, limit))
+
+    def draft_cap(self, room: int, predicted_n: int, limit: int | None = None) -> int:
+        """The most draft tokens a drafter may propose in a step: K within draft_room."""
+        return min(self.draft_max, self.draft_room(room, predicted_n, limit))

@@ -45,6 +45,12 @@ class GenerationStats:
     # tree drafts: steps that verified two branches, and those where the target's choice lay on the fork
     n_forks: int = 0
     n_fork_accepted: int = 0
+    # the text a grammar forced, drafted ahead of the drafter's tokens (part of draft_n and draft_n_accepted too)
+    forced_n: int = 0
+    forced_n_accepted: int = 0
+    # the grammar's own time (masking verify rows, finding forced text, following the answer) and the rows it masked
+    t_grammar_ms: float = 0.0
+    grammar_rows: int = 0
 
     def record_step(self, n_drafted: int, n_accepted: int, draft_ms: float, verify_ms: float, target_decode_ms: float, depth: int) -> None:
         """One target pass; `depth` is the deepest draft position, below n_drafted only for a tree's two branches."""
@@ -62,6 +68,15 @@ class GenerationStats:
         entry[0] += 1
         entry[1] += target_decode_ms
 
+    def record_forced(self, n_forced: int, n_accepted: int) -> None:
+        """A step whose draft began with `n_forced` tokens a grammar forced, `n_accepted` of them kept: a source of its own
+        among the decisions (GRAMMAR), its steps and tokens beside the drafter's."""
+        self.forced_n += n_forced
+        self.forced_n_accepted += n_accepted
+        label = Source.GRAMMAR.value
+        self.decisions[label] = self.decisions.get(label, 0) + 1
+        self.tokens_by_decision[label] = self.tokens_by_decision.get(label, 0) + n_accepted
+
     def record_decision(self, label: str, predicted_tokens: float, draft_ms: float, tokens: int) -> None:
         """One step's choice (auto's), and the tokens the step emitted."""
         self.decisions[label] = self.decisions.get(label, 0) + 1
@@ -77,8 +92,9 @@ class GenerationStats:
 
     @property
     def by_source(self) -> list[SourceShare]:
-        """auto's choices by what drafted them (plain, lookup, the draft model...), most tokens first: the one split the
-        app's panel, generate's summary and the server's statistics show. Empty for a drafter that does not choose."""
+        """auto's choices by what drafted them (plain, lookup, the draft model...), and a grammar's forced text, most tokens
+        first: the one split the app's panel, generate's summary and the server's statistics show. Empty for a drafter that
+        does not choose, without a grammar."""
         shares: dict[Source, list[int]] = {}
         for label, steps in self.decisions.items():
             share = shares.setdefault(label_source(label), [0, 0])
@@ -98,7 +114,8 @@ class GenerationStats:
         total = cls()
         for s in runs:
             for name in ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
-                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "t_bridge_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted"):
+                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "t_bridge_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted",
+                         "forced_n", "forced_n_accepted", "t_grammar_ms", "grammar_rows"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total._reach_position(len(s.draft_n_per_pos))
             for i, (drafted, accepted) in enumerate(zip(s.draft_n_per_pos, s.n_acc_tokens_per_pos)):
@@ -119,6 +136,18 @@ class GenerationStats:
     @property
     def acceptance_rate(self) -> float:
         return self.draft_n_accepted / self.draft_n if self.draft_n else 0.0
+
+    @property
+    def acceptance_by_source(self) -> dict[str, float]:
+        """The share of drafted tokens kept, for the grammar's forced text and for the drafter's own tokens apart."""
+        own_n, own_accepted = self.draft_n - self.forced_n, self.draft_n_accepted - self.forced_n_accepted
+        shares = {Source.GRAMMAR.value: (self.forced_n_accepted, self.forced_n), self.drafter: (own_accepted, own_n)}
+        return {source: kept / n for source, (kept, n) in shares.items() if n}
+
+    @property
+    def grammar_ms_per_row(self) -> float:
+        """What a grammar costs a target row: what a plain step under it pays besides the pass (session/plain_rate.py)."""
+        return self.t_grammar_ms / self.grammar_rows if self.grammar_rows else 0.0
 
     @property
     def acceptance_by_position(self) -> list[float]:
@@ -151,7 +180,8 @@ class GenerationStats:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k != "verify_ms_by_batch"}
         out["verify_ms_by_batch"] = {str(k): {"n": int(v[0]), "ms": v[1]} for k, v in sorted(self.verify_ms_by_batch.items())}
-        for name in ("acceptance_rate", "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second",
+        for name in ("acceptance_rate", "acceptance_by_source", "grammar_ms_per_row",
+                     "acceptance_by_position", "draft_reach_by_position", "tokens_per_step", "predicted_per_second",
                      "t_other_ms", "python_ms_per_step", "predicted_tokens_per_step"):
             out[name] = getattr(self, name)
         out["decisions_by_source"] = decisions_by_source(self)

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from localspec.engine.grammar import json_grammar
+from localspec.engine.grammar import GrammarText, gbnf_grammar, json_grammar
 from localspec.errors import UsageError
 
 FORMATS = "text, json_object or json_schema"
 
 
-def requested_grammar(response_format: Any, json_schema: Any, grammar: Any) -> str | None:
-    """The GBNF the answer is held to, or None for free text; a UsageError names a malformed field, and an EngineError a
+def requested_grammar(response_format: Any, json_schema: Any, grammar: Any) -> GrammarText | None:
+    """The grammar the answer is held to, or None for free text; a UsageError names a malformed field, and an EngineError a
     schema the converter cannot turn into a grammar."""
     if grammar is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise UsageError("grammar must be a GBNF grammar as text (llama.cpp's format), with a rule named root.")
-        return grammar
+        return gbnf_grammar(grammar)
     if json_schema is not None:
         return json_grammar(_schema(json_schema, "json_schema"))
     if response_format is None:

@@ -52,8 +52,8 @@ class ServerState:
         assert self.engine is not None
         refuse_unsupported(request)
         try:  # a schema the converter refuses, or a grammar llama.cpp cannot parse: the request's fault
-            gbnf = requested_grammar(request.response_format, request.json_schema, request.grammar)
-            grammar = None if gbnf is None else self.engine.target.grammar(gbnf)
+            text = requested_grammar(request.response_format, request.json_schema, request.grammar)
+            grammar = None if text is None else self.engine.target.grammar(text)
         except EngineError as exc:
             raise UsageError(str(exc)) from exc
         asked = Asked(drafter=request.option("localspec.drafter"), draft_max=_number(request.option("speculative.n_max"), "speculative.n_max", int),

@@ -225,24 +225,22 @@ class BatchScheduler:
                 offset += 1
 
     def _drafts(self, generating: list[Slot]) -> list[_Step]:
-        """Each slot's draft: every drafter proposes for all its slots at once (a draft model in one batched drafting). A
-        tree's fork takes the target's second sequence: only a lone slot's keeps it, where its cells have room for it."""
+        """Each slot's draft: the text its grammar forces, then what its drafter proposes from there, every drafter for all
+        its slots at once (a draft model in one batched drafting). A tree's fork takes the target's second sequence: only
+        a lone slot's keeps it, where its cells have room for it."""
         k_limit = self.target.n_batch // max(1, len(generating)) - 1  # every slot's [last, draft] fits one pass
         if self.target.draft_limit is not None:  # and its rejected tokens can drop (llama/memory.py)
             k_limit = min(k_limit, self.target.draft_limit)
-        if len(generating) == 1:  # every one-sequence answer: no grouping to do
-            slot = generating[0]
-            drafter = slot.job.request.drafter
-            [draft] = drafter.propose([self._ask(slot, k_limit)])
-            return [_Step(slot, drafter, self._fitted(slot, draft))]
+        asks = {slot.seq: self._ask(slot, k_limit) for slot in generating}
         groups: dict[int, tuple[Drafter, list[Slot]]] = {}
         for slot in generating:
             drafter = slot.job.request.drafter
             groups.setdefault(id(drafter), (drafter, []))[1].append(slot)
         drafts: dict[int, Draft] = {}
         for drafter, slots in groups.values():
-            for slot, draft in zip(slots, drafter.propose([self._ask(slot, k_limit) for slot in slots])):
-                drafts[slot.seq] = self._fitted(slot, draft)
+            for slot, draft in zip(slots, drafter.propose([asks[slot.seq] for slot in slots])):
+                ask = asks[slot.seq]
+                drafts[slot.seq] = self._fitted(slot, draft.after_forced(ask.after, ask.sampling))
         return [_Step(slot, slot.job.request.drafter, drafts[slot.seq]) for slot in generating]
 
     def _fitted(self, slot: Slot, draft: Draft) -> Draft:
@@ -255,10 +253,17 @@ class BatchScheduler:
         return draft
 
     def _ask(self, slot: Slot, k_limit: int) -> Ask:
+        """What the slot's drafter is asked for: K tokens after the text its grammar forces (a drafter that cannot draft
+        from the end of that text is asked for none where there is some)."""
         generation = slot.job
-        config = generation.request.config
-        cap = config.draft_cap(self.share - len(slot.cached) - 1, generation.stats.predicted_n, k_limit)
-        return Ask(slot.seq, cap, config.draft_p_min, config.draft_sampling, generation.draws, generation.stats.predicted_n)
+        config, drafter = generation.request.config, generation.request.drafter
+        room = config.draft_room(self.share - len(slot.cached) - 1, generation.stats.predicted_n, k_limit)
+        row = registry.DRAFTERS.get(drafter.name)
+        drafts = row is None or row.drafts
+        forced = config.grammar.forced(room) if config.grammar is not None and drafts else []
+        continues = row is not None and registry.Supports.CONTINUES in row.supports
+        k = min(config.draft_max, room - len(forced)) if continues or not forced else 0
+        return Ask(slot.seq, k, config.draft_p_min, config.draft_sampling, generation.draws, generation.stats.predicted_n, forced)
 
     def _chunks(self, reading: list[Slot], n_verify: int, draft_ms: float | None) -> list[tuple[Slot, Sequence[int]]]:
         """The prompt tokens this pass reads: beside slots generating, as much as a step's worth of time allows
@@ -315,9 +320,9 @@ class BatchScheduler:
         slot, draft = step.slot, step.draft
         generation = slot.job
         config, stats, drafter = generation.request.config, generation.stats, generation.request.drafter
-        verdict = judge(draft, rows, config, generation.draws, stats.predicted_n)
+        verdict, judged = judge(draft, rows, config, generation.draws, stats.predicted_n)
         drafter.observe_target(slot.seq, rows[0])  # before anything decodes again: rows is llama.cpp's buffer
-        margins = top2_margins(rows[verdict.rows(len(draft.tokens))]) if config.record_margins else None
+        margins = top2_margins(judged[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         if draft.fork is not None:  # the branch the verdict took stays in the slot's sequence; the other goes
             self.target.settle_tree(step.pos0 + 1 + draft.fork.at, verdict.n_accepted - draft.fork.at if verdict.branch == 1 else None)
             stats.n_forks += 1
@@ -330,8 +335,12 @@ class BatchScheduler:
         drafter.accept(slot.seq, [*verdict.accepted, verdict.token])
         emitted_before = stats.predicted_n
         events, reason = emitted_tokens(self.target, draft, verdict, margins, generation.text, stats, config)
-        if draft.choice is not None:  # with the tokens the step emitted (an end of generation or max_tokens may cut them)
-            stats.record_decision(draft.choice.label, draft.choice.predicted, draft_ms, stats.predicted_n - emitted_before)
+        emitted = stats.predicted_n - emitted_before  # an end of generation or max_tokens may cut the step's tokens
+        forced_kept = min(draft.forced, verdict.n_accepted, emitted)
+        if draft.forced:
+            stats.record_forced(draft.forced, forced_kept)
+        if draft.choice is not None:  # with the tokens the step emitted past the forced ones
+            stats.record_decision(draft.choice.label, draft.choice.predicted, draft_ms, emitted - forced_kept)
         return events, reason
 
     def release(self, slot: Slot) -> None:

@@ -60,6 +60,15 @@ class Draft:
     dists: list[Distribution] = field(default_factory=list)
     fork: Fork | None = None  # tree drafts only
     choice: Decision | None = None  # what a drafter that chooses (auto) chose for this step: the statistics record it
+    forced: int = 0  # its first tokens that a grammar forced (Ask.after), which the decode loop put there
+
+    def after_forced(self, forced: Sequence[int], sampling: SamplingParams | None) -> Draft:
+        """The draft with a grammar's forced tokens put first (one-hot q at T > 0: the masked target nearly always keeps them)."""
+        if not forced:
+            return self
+        dists = one_hot(forced) + self.dists if sampling is not None else []
+        fork = None if self.fork is None else Fork(self.fork.at + len(forced), self.fork.tokens)
+        return Draft([*forced, *self.tokens], dists, fork, self.choice, len(forced))
 
     def append(self, token: int, q: Distribution | None) -> None:
         """One more drafted token, with its q where it was sampled."""
@@ -96,7 +105,8 @@ def one_hot(tokens: Sequence[int]) -> list[Distribution]:
 class Ask:
     """One sequence's request for a draft this step: up to `k` tokens continuing its accepted text, greedily (sampling
     None) or sampled from q with the answer's draws, its first token at answer position `position`, stopping where the
-    draft's best token is less likely than p_min."""
+    draft's best token is less likely than p_min. `after`: the text the answer's grammar forces next, which the decode
+    loop drafts itself; a drafter that continues text (registry: Supports.CONTINUES) drafts its k tokens from its end."""
 
     seq: int
     k: int
@@ -104,6 +114,7 @@ class Ask:
     sampling: SamplingParams | None = None
     draws: Draws = field(default_factory=lambda: Draws.of(0, keyed=False))
     position: int = 0
+    after: Sequence[int] = ()
 
 
 class Drafter(ABC):

@@ -134,7 +134,7 @@ class ModelDrafter(Drafter):
         self._seqs[seq].pending[:0] = held_before[held:]
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
-        return self.draft([DraftOrder.of(ask) for ask in asks])
+        return self.draft([DraftOrder.of(ask, ask.after) for ask in asks])
 
     def draft(self, orders: Sequence[DraftOrder]) -> list[Draft]:
         """A draft per order: the first pass reads what each sequence has yet to read (its pending tokens, then `after`)

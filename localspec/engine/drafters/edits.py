@@ -48,6 +48,14 @@ class CopyTracker:
         self.edit: Edit | None = None
         self.substitutions: dict[int, tuple[int, ...]] = {}
 
+    def saved(self) -> CopyTracker:
+        """A copy of the tracker's state, to put back after a look past text not yet accepted (PromptLookup.lookup)."""
+        kept = CopyTracker()
+        kept.source, kept.next, kept.pending, kept.agreed = self.source, self.next, list(self.pending), self.agreed
+        kept.edit = None if self.edit is None else Edit(self.edit.at, self.edit.before, list(self.edit.written))
+        kept.substitutions = dict(self.substitutions)
+        return kept
+
     def follow(self, source: Sequence[int], start: int, agreed: int) -> None:
         """The lookup chose the copy that goes on at source[start]."""
         self.source, self.next, self.pending, self.agreed, self.edit = source, start, [], agreed, None

@@ -21,9 +21,9 @@ class HybridDrafter(LookupModelDrafter):
     name = "hybrid"
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
-        runs = [self.lookups[ask.seq].agreeing_run(ask.k) for ask in asks]
+        runs = [self.lookups[ask.seq].agreeing_run(ask.k, ask.after) for ask in asks]
         # The draft model continues every short run in one batched drafting, each from its run's end.
-        continuations = iter(self.model.draft([DraftOrder.of(ask, run, k=ask.k - len(run)) for ask, run in zip(asks, runs)
+        continuations = iter(self.model.draft([DraftOrder.of(ask, [*ask.after, *run], k=ask.k - len(run)) for ask, run in zip(asks, runs)
                                                if len(run) < ask.k]))
         drafts = []
         for ask, run in zip(asks, runs):

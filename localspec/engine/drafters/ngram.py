@@ -63,6 +63,17 @@ class NgramIndex:
             for n in range(self.n_min, min(self.n_max, end + 1) + 1):
                 self.ends.setdefault(tuple(self.tokens[end + 1 - n : end + 1]), []).append(end)
 
+    def truncate(self, n: int) -> None:
+        """Back to the first n tokens, as if the rest had never been added."""
+        for end in range(len(self.tokens) - 1, n - 1, -1):
+            for size in range(self.n_min, min(self.n_max, end + 1) + 1):
+                gram = tuple(self.tokens[end + 1 - size : end + 1])
+                ends = self.ends[gram]
+                ends.pop()  # the last end recorded for the gram is this one: ends are appended in order
+                if not ends:
+                    del self.ends[gram]
+        del self.tokens[n:]
+
     def exact_agreement(self, earlier: int, text: Sequence[int], end: int) -> int:
         """How many tokens ending at `earlier` here equal those ending at `end` in `text` (up to MATCH_CAP)."""
         tokens, length = self.tokens, 0
@@ -157,9 +168,18 @@ class PromptLookup:
         if self.memory is not None:
             self.memory = LookupMemory(self.n_min, self.n_max, self.memory.max_tokens)
 
-    def lookup(self, k: int) -> Lookup:
+    def lookup(self, k: int, after: Sequence[int] = ()) -> Lookup:
         """Up to k tokens that followed the best earlier occurrence of the longest suffix seen before, or the copy the
-        answer has been following (through its edits), where that agrees longer."""
+        answer has been following (through its edits), where that agrees longer; with `after` (text a grammar forces
+        next), the lookup as it will be once that text is accepted, the index and the copy put back afterwards."""
+        if after:
+            kept, length = self._copy.saved(), len(self._index.tokens)
+            self.advance(after)
+            try:
+                return self.lookup(k)
+            finally:
+                self._index.truncate(length)
+                self._copy = kept
         if k <= 0 or not self._index.tokens:
             return Lookup()
         found = self._search()
@@ -199,9 +219,9 @@ class PromptLookup:
                 return length, source, earlier + 1
         return None
 
-    def agreeing_run(self, k: int) -> list[int]:
+    def agreeing_run(self, k: int, after: Sequence[int] = ()) -> list[int]:
         """The lookup's run unless it is a guess past an edit: what a drafter without a record of guesses drafts."""
-        lookup = self.lookup(k)
+        lookup = self.lookup(k, after)
         return [] if lookup.resumed else lookup.tokens
 
     def advance(self, tokens: Sequence[int]) -> None:
@@ -243,7 +263,7 @@ class NgramDrafter(Drafter):
         self.lookups[seq].start(prompt)
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
-        return [Draft.deterministic(self.lookups[ask.seq].agreeing_run(ask.k), ask.sampling) for ask in asks]
+        return [Draft.deterministic(self.lookups[ask.seq].agreeing_run(ask.k, ask.after), ask.sampling) for ask in asks]
 
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         self.lookups[seq].advance(tokens)

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from localspec.engine.errors import EngineError
 
 if TYPE_CHECKING:  # annotations only (see the module's docstring)
     from localspec.engine.drafters.base import Drafter, DraftSources
+
+
+class Supports(Enum):
+    """What a drafter can do beyond proposing from the accepted text."""
+
+    CONTINUES = "continues"  # it drafts from the end of text the decode loop puts first (a grammar's forced text, Ask.after)
+
+
+CONTINUING = frozenset({Supports.CONTINUES})
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class DrafterSpec:
     mtp_layers: bool = False  # it drafts with the target's own MTP layers (only a target whose GGUF carries them)
     eagle3_head: bool = False  # it drafts with an EAGLE-3 head (--draft names one made for the target)
     any_vocab: bool = False  # its draft model may have another tokenizer than the target's (it drafts through text)
+    supports: frozenset[Supports] = frozenset()
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
@@ -47,17 +58,17 @@ class DrafterSpec:
 
 _SPECS = (
     DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
-                False, "auto.controller", chooses_k=True),
+                False, "auto.controller", chooses_k=True, supports=CONTINUING),
     DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", sample_match=True,
-                reference="draft-simple"),
-    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram"),
-    DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid"),
+                reference="draft-simple", supports=CONTINUING),
+    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram", supports=CONTINUING),
+    DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid", supports=CONTINUING),
     DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
                 True, "hierarchical"),
     DrafterSpec("tree", "the draft model forks at an unsure token; both branches are verified in one target pass", True, "tree",
                 target_sequences=2, batchable=False, chain=False, constrained=False),
     DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
-                "draft_model", "build_self", self_draft=True),
+                "draft_model", "build_self", self_draft=True, supports=CONTINUING),
     DrafterSpec("mtp", "the target's own MTP layers draft (a Qwen3.5/3.6, GLM or MiMo GGUF that keeps them); no draft model",
                 False, "mtp", mtp_layers=True, sample_match=True, reference="draft-mtp"),
     DrafterSpec("eagle3", "an EAGLE-3 head (--draft, an eagle3 GGUF made for the target) drafts from three of the target's layers",

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
+import llguidance
 import numpy as np
 
-from localspec.engine import defaults, prompt_passes
+from localspec.engine import defaults, grammar, prompt_passes
 from localspec.engine.errors import EngineError, LoadCancelled, ModelLoadError
-from localspec.engine.grammar import Grammar
+from localspec.engine.grammar import Grammar, GrammarText, LLGuidanceGrammar
 from localspec.engine.llama import amx, cpu_share, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
+from localspec.engine.llama.gbnf_sampler import GbnfGrammar
 from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.engine.llama.load_abort import LoadAbort
 from localspec.engine.llama.memory import RECURRENT_SNAPSHOTS, MemoryKind, draft_limit
@@ -103,6 +105,7 @@ class Model(ModelFacts):
                     raise LoadCancelled("Loading the pair was cancelled.") if abort.stopped else ModelLoadError(failures.load_failed(self.path))
                 self.vocab = Vocabulary(llama_cpp.llama_model_get_vocab(self._model))
                 self.n_vocab = self.vocab.n_vocab
+                self._lltokenizer: llguidance.LLTokenizer | None = None  # llguidance's view of the vocabulary, made at the first grammar
                 self.n_threads = config.resolved_threads()
                 self.n_decoded = 0  # tokens ever passed to llama_decode: proves nothing is evaluated twice
                 self.decode_ns = 0  # time inside llama_decode until its work is done, for the Python-overhead figure
@@ -369,9 +372,14 @@ class Model(ModelFacts):
             self._view_key = (address, outputs)
         return self._view
 
-    def grammar(self, gbnf: str) -> Grammar:
-        """A fresh answer's grammar state over this model's vocabulary (engine/grammar.py)."""
-        return Grammar(self.vocab.handle, self.n_vocab, gbnf)
+    def grammar(self, text: GrammarText) -> Grammar:
+        """A fresh answer's grammar state over this model's vocabulary (engine/grammar.py); llguidance's view of the
+        vocabulary is made at the first grammar and kept."""
+        if text.llguidance is None:
+            return GbnfGrammar(self.vocab.handle, self.n_vocab, text.gbnf or "")
+        if self._lltokenizer is None:
+            self._lltokenizer = grammar.tokenizer(self.vocab.handle, self.n_vocab)
+        return LLGuidanceGrammar(self._lltokenizer, text.llguidance, self.n_vocab)
 
     def prefill(self, tokens: Sequence[int]) -> int:
         """Make the cache hold exactly `tokens`, read as a prompt (prompt_passes); how many cached cells were reused."""

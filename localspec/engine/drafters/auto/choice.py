@@ -16,6 +16,7 @@ class Source(StrEnum):
     MTP = "mtp"  # the target's MTP head, where the target carries one and no draft model is loaded
     EAGLE3 = "eagle3"  # an EAGLE-3 head, where the pair's draft is one
     HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
+    GRAMMAR = "grammar"  # the text a grammar forces, drafted ahead of any other source's tokens (engine/grammar.py)
 
     @property
     def display_name(self) -> str:
@@ -24,7 +25,7 @@ class Source(StrEnum):
 
 
 DISPLAY_NAMES = {Source.NONE: "plain", Source.NGRAM: "lookup", Source.MODEL: "draft model", Source.MTP: "MTP head",
-                 Source.EAGLE3: "EAGLE-3 head", Source.HYBRID: "lookup+model"}
+                 Source.EAGLE3: "EAGLE-3 head", Source.HYBRID: "lookup+model", Source.GRAMMAR: "grammar"}
 
 
 def label_source(label: str) -> Source:

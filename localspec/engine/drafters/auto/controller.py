@@ -48,6 +48,7 @@ class _Answer:
     shadows: list[ShadowRun] = field(default_factory=list)
     choice: Choice = PLAIN
     drafted: int | None = None  # tokens this step's draft held when the draft model was asked (None: it was not)
+    forced: int = 0  # tokens a grammar forced ahead of this step's draft: the settled tokens begin with them
 
 
 class AutoDrafter(Drafter):
@@ -122,7 +123,7 @@ class AutoDrafter(Drafter):
         for drafter in self.drafting.values():
             drafter.begin(seq, prompt)
         answer = self._answer(seq)
-        answer.shadows, answer.choice, answer.drafted = [], PLAIN, None
+        answer.shadows, answer.choice, answer.drafted, answer.forced = [], PLAIN, None, 0
         answer.belief.new_answer()
         self.planner.start_answer()
 
@@ -134,21 +135,22 @@ class AutoDrafter(Drafter):
         answers = [self._answer(ask.seq) for ask in asks]
         options = []
         for ask, answer in zip(asks, answers):
-            lookup = self.lookups[ask.seq].lookup(ask.k) if ask.k else Lookup()
+            lookup = self.lookups[ask.seq].lookup(ask.k, ask.after) if ask.k else Lookup()
             answer.belief.looked(lookup)
             self.planner.watch_lookup(answer.shadows, lookup, answer.belief.confidence.unsure)
             pending = {source: drafter.pending_tokens(ask.seq) for source, drafter in self.drafting.items()}
-            options.append(SlotOptions(ask.k, lookup, pending, answer.belief))
+            options.append(SlotOptions(ask.k, lookup, pending, answer.belief, len(ask.after)))
         choices = self.planner.plan(options)
         orders: dict[Source, list[DraftOrder]] = {}
         for ask, answer, option, choice in zip(asks, answers, options, choices):
-            answer.choice, answer.drafted = choice, None
+            answer.choice, answer.drafted, answer.forced = choice, None, len(ask.after)
             if choice.model_k:
                 source = self.planner.source_of(choice).source
                 answer.belief.asked(option.pending_for(source))
                 # Greedy at T > 0 too: its tokens are then judged as lookup's are (a one-hot q), one draw for each settled
                 # position, as plain sampling draws (verify_speculative).
-                orders.setdefault(source, []).append(DraftOrder.of(ask, option.lookup.tokens[: choice.lookup_k], k=choice.model_k, greedy=True))
+                orders.setdefault(source, []).append(DraftOrder.of(ask, [*ask.after, *option.lookup.tokens[: choice.lookup_k]], k=choice.model_k,
+                                                                   greedy=True))
         continuations: dict[Source, Iterator[Draft]] = {}
         self._drafting_ms = 0.0
         for source, ordered in orders.items():
@@ -172,10 +174,11 @@ class AutoDrafter(Drafter):
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         answer = self._answer(seq)
         choice, belief = answer.choice, answer.belief
-        belief.stepped(self.costs, choice.k if choice.source is Source.NGRAM else 0, tokens)
+        own = tokens[min(answer.forced, len(tokens) - 1) :]  # what settled where auto's own draft stood (after the forced text)
+        belief.stepped(self.costs, choice.k if choice.source is Source.NGRAM else 0, own)
         if answer.drafted is not None:
-            self.planner.observe_model(choice, belief.asked_class, answer.drafted, len(tokens) - 1)
-        answer.shadows = self.planner.settle(answer.shadows, tokens, belief.copy_effect)
+            self.planner.observe_model(choice, belief.asked_class, answer.drafted, len(own) - 1)
+        answer.shadows = self.planner.settle(answer.shadows, own, belief.copy_effect)
         self.lookups[seq].advance(tokens)
         for drafter in self.drafting.values():
             drafter.accept(seq, tokens)

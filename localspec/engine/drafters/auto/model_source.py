@@ -30,7 +30,8 @@ class ModelSource:
 
     @property
     def continues_lookup(self) -> bool:
-        """Only the draft model continues a lookup run (a hybrid): a head would need the target's rows for its tokens."""
+        """Only the draft model continues a lookup run (a hybrid) or a grammar's forced text: a head would need the
+        target's rows for those tokens."""
         return self.source is Source.MODEL
 
     def switches(self, sizes: Sequence[int], last: int | None = None) -> float:

@@ -38,6 +38,9 @@ class SlotOptions:
     # tokens each model source must read before it drafts for this slot (one number: every source's)
     pending: int | Mapping[Source, int]
     belief: SequenceBelief = field(default_factory=SequenceBelief)  # what the slot's answer has shown so far
+    # tokens a grammar forces ahead of the choice's (Ask.after): verified in the same pass, priced as sure to be kept, and
+    # read by a model source before it drafts
+    forced: int = 0
 
     def pending_for(self, source: Source) -> int:
         return self.pending if isinstance(self.pending, int) else self.pending.get(source, 0)
@@ -122,10 +125,11 @@ class Planner:
         choices, best_rate = self._ascend(slots, auto, candidates)
         if any(choice.model_k for choice in choices):
             without, without_rate = self._ascend(slots, auto, {i: [c for c in found if not c.model_k] for i, found in candidates.items()})
-            vouched_rate = sum(choice.vouched_tokens for choice in choices) / self.step_ms(choices, slots, spread=True)
+            vouched_rate = sum(choice.vouched_tokens + options.forced for choice, options in zip(choices, slots)) / self.step_ms(
+                choices, slots, spread=True)
             if _beats(vouched_rate, without_rate):
                 return choices
-            worst_tokens = sum(1.0 if choice.model_k else choice.predicted for choice in choices)
+            worst_tokens = sum((1.0 if choice.model_k else choice.predicted) + options.forced for choice, options in zip(choices, slots))
             if self.exploration.afford(self.step_ms(choices, slots) - worst_tokens / without_rate):
                 return choices
             choices, best_rate = without, without_rate
@@ -136,12 +140,13 @@ class Planner:
         priced from below (its verify, a one-token pass per token, no change of size). Where none can, a step without a
         lookup run is plain decoding, found without pricing every K: on a 2-core CPU, auto's steps ran 0.55 ms of Python
         beside plain's 0.28 on answers where it chose plain throughout, 1.6% of their time."""
-        plain = 1 / self._lone_step_ms(PLAIN, options, spread=True)
+        forced = options.forced
+        plain = (1 + forced) / self._lone_step_ms(PLAIN, options, spread=True)
         for source in self.sources:
             pending = max(1, options.pending_for(source.source))
             per_token = min(source.costs.cost(1), source.costs.cost(pending))
             for k in range(1, min(options.cap, source.k_max) + 1):
-                if (1 + k) / (self.overhead_ms + self.costs.verify(k + 1) + k * per_token) > plain:
+                if (1 + forced + k) / (self.overhead_ms + self.costs.verify(forced + k + 1) + k * per_token) > plain:
                     return True
         return False
 
@@ -163,7 +168,7 @@ class Planner:
             for i in auto:
                 for candidate in candidates[i]:
                     if alone:
-                        rate = candidate.predicted / self._lone_step_ms(candidate, slots[0], spread=True)
+                        rate = (candidate.predicted + slots[0].forced) / self._lone_step_ms(candidate, slots[0], spread=True)
                         trial = [candidate]
                     else:
                         trial = [*choices[:i], candidate, *choices[i + 1 :]]
@@ -206,8 +211,9 @@ class Planner:
         if not gains:
             return choices, best_rate
         gains.sort(key=lambda gain: -gain[0])
-        n_verify = sum(choice.k + 1 for choice in choices)
-        predicted, step_ms = sum(choice.predicted for choice in choices), self.step_ms(choices, slots, spread=True)
+        n_verify = sum(choice.k + 1 + options.forced for choice, options in zip(choices, slots))
+        predicted = sum(choice.predicted + options.forced for choice, options in zip(choices, slots))
+        step_ms = self.step_ms(choices, slots, spread=True)
         best_m, gained = 0, 0.0
         for m, (gain, _) in enumerate(gains, start=1):
             gained += gain
@@ -236,10 +242,12 @@ class Planner:
         lookup_expected, lookup_survive = self._lookup_curves(options)
         n_lookup = len(lookup_expected) - 1
         if alone:
-            found += self._lone_lookup(lookup_expected)
+            found += self._lone_lookup(lookup_expected, options.forced)
         else:
             found += [Choice(Source.NGRAM, k, 1 + lookup_expected[k]) for k in range(1, n_lookup + 1)]
         for source in self.sources:
+            if options.forced and not source.continues_lookup:
+                continue
             model_k = min(options.cap, source.k_max)
             model_expected = self._model_curve(options, model_k, source)
             vouched = source.acceptance.vouched(options.belief.confidence.class_index, model_k)
@@ -255,12 +263,12 @@ class Planner:
                                     vouched=1 + lookup_expected[j] + lookup_survive[j] * vouched[m]))
         return found
 
-    def _lone_lookup(self, expected: list[float]) -> list[Choice]:
+    def _lone_lookup(self, expected: list[float], forced: int) -> list[Choice]:
         """The lookup K a lone slot's ascent keeps, found by the ascent's own comparisons in its order and priced as
         _lone_step_ms prices it, without a Choice for every K (a run of 32 tokens made 32 of them every step)."""
-        best_rate, best_k = 1 / self._target_step_ms(1), 0  # plain decoding's
+        best_rate, best_k = (1 + forced) / self._target_step_ms(1 + forced), 0  # plain decoding's, after the forced tokens
         for k in range(1, len(expected)):
-            rate = (1 + expected[k]) / self._target_step_ms(k + 1)
+            rate = (1 + forced + expected[k]) / self._target_step_ms(forced + k + 1)
             if _beats(rate, best_rate):
                 best_rate, best_k = rate, k
         return [Choice(Source.NGRAM, best_k, 1 + expected[best_k])] if best_k else []
@@ -274,7 +282,7 @@ class Planner:
                                                     belief.edit_points.judge(lookup.tokens[:k], lookup.own))
 
     def _rate(self, choices: Sequence[Choice], slots: Sequence[SlotOptions]) -> float:
-        return sum(choice.predicted for choice in choices) / self.step_ms(choices, slots, spread=True)
+        return sum(choice.predicted + options.forced for choice, options in zip(choices, slots)) / self.step_ms(choices, slots, spread=True)
 
     def step_ms(self, choices: Sequence[Choice], slots: Sequence[SlotOptions], spread: bool = False) -> float:
         """The expected time of the step the choices make: the drafting passes, one target pass, the step's overhead.
@@ -282,7 +290,7 @@ class Planner:
         there (catch_up.catch_up_price, for a lone slot exactly that)."""
         if len(choices) == 1:
             return self._lone_step_ms(choices[0], slots[0], spread)
-        n_verify = sum(choice.k + 1 for choice in choices)
+        n_verify = sum(choice.k + 1 + options.forced for choice, options in zip(choices, slots))
         ms = self._target_step_ms(n_verify)
         for source in self.sources:
             drafting = [(choice, options) for choice, options in zip(choices, slots) if choice.model_k and self.source_of(choice) is source]
@@ -295,11 +303,11 @@ class Planner:
                 queued = [options.pending_for(source.source) for _, options in drafting]
                 ms += source.chained_ms(sum(queued), reach, batch_share(queued, spreads) if spread else 1.0)
                 continue
-            # The first pass reads, for each drafting slot, what it has not seen (at least its last token) and a hybrid's
-            # lookup tokens; it gives each one's first draft token.
-            first = source.costs.cost(sum(1 + choice.lookup_k for choice, _ in drafting))
+            # The first pass reads, for each drafting slot, what it has not seen (at least its last token), the text its
+            # grammar forced and a hybrid's lookup tokens; it gives each one's first draft token.
+            first = source.costs.cost(sum(1 + options.forced + choice.lookup_k for choice, options in drafting))
             pending = [max(1, options.pending_for(source.source)) for _, options in drafting]
-            n_whole = sum(n + choice.lookup_k for n, (choice, _) in zip(pending, drafting))
+            n_whole = sum(n + options.forced + choice.lookup_k for n, (choice, options) in zip(pending, drafting))
             whole = source.costs.cost(n_whole)
             share = batch_share([n - 1 for n in pending], spreads) if spread else 1.0
             ms += first + (whole - first) * share
@@ -310,17 +318,18 @@ class Planner:
     def _lone_step_ms(self, choice: Choice, options: SlotOptions, spread: bool) -> float:
         """step_ms for a batch of one slot, in a few operations: auto prices a dozen candidates every step, and those of
         the draft model share their catch-up (kept for the plan in _drafting_ms)."""
-        ms = self._target_step_ms(choice.k + 1)
+        ms = self._target_step_ms(choice.k + 1 + options.forced)
         if choice.model_k:
             source = self.source_of(choice)
             pending = options.pending_for(source.source)
             share = 1 / options.belief.resume_runs.expected if spread and pending > 1 else 1.0
             if source.chained_heads:
                 return ms + source.chained_ms(pending, [1] * choice.model_k, share)
-            key = (source.source, choice.lookup_k, pending, share)
+            read = options.forced + choice.lookup_k  # what the first pass reads past the slot's pending tokens
+            key = (source.source, read, pending, share)
             if key not in self._drafting_ms:
-                first = source.costs.cost(1 + choice.lookup_k)
-                n_whole = max(1, pending) + choice.lookup_k
+                first = source.costs.cost(1 + read)
+                n_whole = max(1, pending) + read
                 whole = source.costs.cost(n_whole)
                 # the catch-up's change of size, and the change back to one token for the rest
                 switches = source.switches([n_whole]), source.switches([1], last=n_whole)
@@ -355,7 +364,7 @@ class Planner:
                     if self._rate([Choice(source.source, k, 1 + hoped[k])], alone) <= own_rate:
                         continue
                     trial = [*choices[:i], Choice(source.source, k, 1 + expected[k]), *choices[i + 1 :]]
-                    worst_tokens = sum(choice.predicted for choice in choices) - choices[i].predicted + 1  # the try's slot gets one
+                    worst_tokens = sum(c.predicted + o.forced for c, o in zip(choices, slots)) - choices[i].predicted + 1  # the try's slot gets one
                     worst_loss = self.step_ms(trial, slots) - worst_tokens / best_rate
                     return trial if self.exploration.afford(worst_loss) else choices
         return choices
