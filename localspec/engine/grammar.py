@@ -129,26 +129,33 @@ class LLGuidanceGrammar:
             raise EngineError(f"The grammar cannot be used: {self._matcher.get_error()}")
         self._n_vocab = n_vocab
         self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+        self._forbidden_bits = np.zeros_like(self._bits)
         self.ns = 0
         self.rows = 0
 
-    def _allowed(self) -> np.ndarray:
+    def _constrain(self, row: np.ndarray) -> np.ndarray:
+        """Set what the matcher forbids next to -inf in `row`, in place: which tokens it allows (a bitmask llguidance
+        fills in microseconds; inverted, unpacked and applied with numpy in about a tenth of a millisecond a 152k row)."""
         self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-        return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self._n_vocab].view(bool)
+        np.invert(self._bits, out=self._forbidden_bits)
+        forbidden = np.unpackbits(self._forbidden_bits.view(np.uint8), bitorder="little")[: self._n_vocab].view(bool)
+        np.copyto(row, np.float32(-np.inf), where=forbidden)
+        return forbidden
 
     def mask(self, rows: np.ndarray, draft: Sequence[int]) -> np.ndarray:
         start = time.perf_counter_ns()
-        masked = np.array(rows, dtype=np.float32, copy=True)
+        masked = np.empty_like(rows, dtype=np.float32)
         followed = 0
         try:
             for i in range(len(masked)):
-                allowed = self._allowed()
-                masked[i][~allowed] = -np.inf
+                masked[i] = rows[i]
+                forbidden = self._constrain(masked[i])
                 self.rows += 1
-                if i == len(draft) or not allowed[draft[i]] or self._matcher.is_stopped():
+                if i == len(draft) or forbidden[draft[i]] or self._matcher.is_stopped():
                     # The draft ends here, or the grammar forbids its next token, or the grammar is complete and allows
-                    # only an end of generation, which ends the answer: later rows are never used. (An end consumed
-                    # and rolled back left llguidance's matcher stopped for good.)
+                    # only an end of generation, which ends the answer: later rows are never used (copied as they are).
+                    # An end consumed and rolled back left llguidance's matcher stopped for good.
+                    masked[i + 1 :] = rows[i + 1 :]
                     break
                 self._matcher.consume_token(draft[i])
                 followed += 1
