@@ -86,8 +86,9 @@ class GenerationStats:
 
     @property
     def predicted_tokens_per_step(self) -> float | None:
-        """What the controller expected per step, to set beside tokens_per_step (what it got)."""
-        steps = sum(self.decisions.values())
+        """What the controller expected per step (a grammar's forced tokens included), to set beside tokens_per_step
+        (what it got)."""
+        steps = sum(count for label, count in self.decisions.items() if label != Source.GRAMMAR.value)
         return self.predicted_tokens_total / steps if steps else None
 
     @property

@@ -339,8 +339,8 @@ class BatchScheduler:
         forced_kept = min(draft.forced, verdict.n_accepted, emitted)
         if draft.forced:
             stats.record_forced(draft.forced, forced_kept)
-        if draft.choice is not None:  # with the tokens the step emitted past the forced ones
-            stats.record_decision(draft.choice.label, draft.choice.predicted, draft_ms, emitted - forced_kept)
+        if draft.choice is not None:  # with the tokens the step emitted past the forced ones (expected: all of those kept)
+            stats.record_decision(draft.choice.label, draft.choice.predicted + draft.forced, draft_ms, emitted - forced_kept)
         return events, reason
 
     def release(self, slot: Slot) -> None:
