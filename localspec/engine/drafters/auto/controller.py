@@ -174,9 +174,12 @@ class AutoDrafter(Drafter):
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         answer = self._answer(seq)
         choice, belief = answer.choice, answer.belief
-        own = tokens[min(answer.forced, len(tokens) - 1) :]  # what settled where auto's own draft stood (after the forced text)
-        belief.stepped(self.costs, choice.k if choice.source is Source.NGRAM else 0, own)
-        if answer.drafted is not None:
+        # What settled where auto's own draft stood, after the forced text; where the target did not keep all of that
+        # text (it spelled it with other tokens), auto's draft was never judged, and the step teaches as a plain one.
+        judged = len(tokens) > answer.forced
+        own = tokens[answer.forced :] if judged else tokens[-1:]
+        belief.stepped(self.costs, choice.k if choice.source is Source.NGRAM and judged else 0, own)
+        if answer.drafted is not None and judged:
             self.planner.observe_model(choice, belief.asked_class, answer.drafted, len(own) - 1)
         answer.shadows = self.planner.settle(answer.shadows, own, belief.copy_effect)
         self.lookups[seq].advance(tokens)
