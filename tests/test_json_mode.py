@@ -83,3 +83,30 @@ def test_a_malformed_format_is_a_400_that_says_what_is_wrong(server, body, says)
     status, reply = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
                                                                     **body})
     assert status == 400 and says in reply["error"]["message"], reply
+
+
+def test_the_speedup_under_a_schema_is_over_the_constrained_targets_plain_rate(server):
+    """Issue 76, item 5: "× plain" divided by the unconstrained target's rate, so an answer that paid its grammar's masks
+    looked faster than it was. Under a grammar the rate it divides by is the constrained target's: the baseline (which
+    no grammar moves) plus the answer's grammar time per row, each as the same response reports them."""
+    api = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    held = api.chat.completions.create(model="any", messages=[{"role": "user", "content": ASK}], max_tokens=80, temperature=0,
+                                       response_format=schema)
+    assert is_person(json.loads(held.choices[0].message.content))
+    stats, timings = held.model_extra["localspec"], held.model_extra["timings"]
+    assert stats["grammar_rows"] > stats["n_steps"] and stats["grammar_ms_per_row"] > 0 and stats["plain_ms_per_token"] > 0
+    assert stats["plain_per_second"] == pytest.approx(1000 / (stats["plain_ms_per_token"] + stats["grammar_ms_per_row"]))
+    assert stats["speedup"] == pytest.approx(timings["predicted_per_second"] / stats["plain_per_second"])
+    assert stats["plain_per_second"] < 1000 / stats["plain_ms_per_token"]  # the grammar's masks are counted against plain too
+    # `{"name": "` and the keys are forced: drafted ahead of auto's own tokens, a source of their own
+    assert 0 < stats["forced_n_accepted"] <= stats["forced_n"]
+    assert stats["decisions_by_source"]["grammar"]["tokens"] == stats["forced_n_accepted"]
+    assert stats["acceptance_by_source"]["grammar"] == pytest.approx(stats["forced_n_accepted"] / stats["forced_n"])
+    free = api.chat.completions.create(model="any", messages=[{"role": "user", "content": ASK}], max_tokens=16, temperature=0)
+    unheld = free.model_extra["localspec"]
+    assert unheld["grammar_rows"] == 0 and unheld["grammar_ms_per_row"] == 0 and "grammar" not in unheld["acceptance_by_source"]
+    assert unheld["plain_per_second"] == pytest.approx(1000 / unheld["plain_ms_per_token"])
+    status, slots = server.request("GET", "/slots")
+    assert status == 200 and "grammar" in slots[0]["localspec"]["acceptance_by_source"], slots  # the slot's answers summed
+    assert "× plain under its grammar" in server.log_text()

@@ -1,13 +1,23 @@
-"""The statistics panel's text, from snapshots (pure: no app needed)."""
+"""The statistics panel's text, from snapshots (pure: no app needed), hand-made or from real answers' statistics."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
+import pytest
+
+from localspec.engine.chat import raw_prompt_tokens
 from localspec.engine.drafters.auto.choice import Source
+from localspec.engine.engine import Engine, EngineConfig
+from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.grammar import json_grammar
 from localspec.engine.stats import SourceShare
-from localspec.session.live_stats import StatsSnapshot
+from localspec.session.live_stats import LiveStats, StatsSnapshot
+from localspec.session.plain_rate import updated_plain_ms
 from localspec.tui.stats_panel import render_snapshot
+from tests.conftest import run
+from tests.schemas import TAGGED
 
 DRAFTED = StatsSnapshot(generated=40, acceptance_answer=0.7, acceptance_conversation=0.7, tokens_per_pass=2.1, acceptance_by_position=[0.8, 0.6],
                         recent_acceptance=[0.7], tokens_per_second_now=30.0, tokens_per_second_avg=28.0, plain_tokens_per_second=20.0,
@@ -58,3 +68,37 @@ def test_an_auto_answer_that_drafted_nothing_says_it_decoded_plainly():
     text = render_snapshot(plain).plain
     assert "auto: plain decoding for\nall 40 tokens" in text and "auto chose" not in text
     assert all(len(line) <= 27 for line in text.splitlines())
+
+
+def test_a_grammars_forced_text_is_a_source_of_its_own_in_the_panel(tiny):
+    """Issue 76: the text a grammar forces is drafted ahead of the drafter's; the panel shows it apart (its tokens, its mask
+    time, the acceptance of each source), and its "vs plain" divides by the constrained target's plain rate."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"])) as engine:
+        prompt = raw_prompt_tokens(engine.target, "hello there")
+        for drafter in ("auto", "model"):
+            live = LiveStats(engine.target.n_ctx, plain_ms_per_token=2.0)
+            answer = run(engine.decoder(drafter), prompt, GenerationConfig(max_tokens=120, draft_max=4,
+                                                                           grammar=engine.target.grammar(json_grammar(TAGGED))))
+            for event in answer.events:
+                live.observe(event)
+            stats = answer.finished.stats
+            assert json.loads(answer.text) and stats.forced_n_accepted > 0 and stats.draft_n > stats.forced_n, drafter
+            snapshot = live.snapshot(stats, len(prompt) + stats.predicted_n)
+            assert snapshot.plain_tokens_per_second == pytest.approx(1000 / (updated_plain_ms(2.0, stats) + stats.grammar_ms_per_row))
+            lines = render_snapshot(snapshot).plain.splitlines()
+            assert all(len(line) <= 27 for line in lines), lines
+            assert f"grammar   {stats.forced_n_accepted} tok forced" in lines
+            assert f"          mask {stats.grammar_ms_per_row:.2f} ms/row" in lines
+            by_source = lines.index(next(line for line in lines if line.startswith("by source")))
+            kept = stats.acceptance_by_source
+            assert lines[by_source : by_source + 2] == [f"by source {100 * kept['grammar']:3.0f}% grammar",
+                                                        f"          {100 * kept[drafter]:3.0f}% {drafter}"], lines
+            if drafter == "auto":  # auto's table holds its own choices: the grammar has its own lines
+                header = next(i for i, line in enumerate(lines) if line.startswith("auto chose"))
+                table = lines[header + 1 : lines.index(f"grammar   {stats.forced_n_accepted} tok forced")]
+                assert table and not any(line.startswith("grammar") for line in table), lines
+
+
+def test_an_answer_without_a_grammar_shows_no_grammar_lines():
+    text = render_snapshot(AUTO).plain
+    assert "grammar" not in text and "by source" not in text and "mask" not in text

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     generate.add_argument("--no-draft", action="store_true", help="plain decoding with the target alone")
     generate.add_argument("--json", action="store_true", help="print one JSON object with text, tokens and statistics")
+    held = generate.add_mutually_exclusive_group()
+    held.add_argument("--json-schema", metavar="SCHEMA", help="hold the answer to this JSON schema: a file, or the schema inline ('{...}')")
+    held.add_argument("--grammar", type=Path, metavar="FILE", help="hold the answer to this GBNF grammar (llama.cpp's format, a rule named root)")
     _add_sampling_args(generate)
     _add_draft_args(generate)
 

@@ -89,6 +89,13 @@ def gbnf_grammar(gbnf: str) -> GrammarText:
         return GrammarText(gbnf=gbnf, why=f"{type(exc).__name__}: {exc}")
 
 
+def definition_problem(text: GrammarText) -> str:
+    """What llguidance finds wrong in a definition before any vocabulary is read (a schema's pattern that is no regular
+    expression), '' where nothing: a command line says so before a model loads. A GBNF grammar left to llama.cpp's
+    sampler is parsed only against a model's vocabulary."""
+    return llguidance.LLMatcher.validate_grammar(text.llguidance) if text.llguidance is not None else ""
+
+
 class Grammar(Protocol):
     """One answer's grammar state, which the verification and the decode loop share."""
 

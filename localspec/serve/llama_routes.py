@@ -68,6 +68,7 @@ def _slot_stats(state: ServerState, view: SlotView) -> dict[str, Any]:
             "draft_n": stats.draft_n if stats else 0, "draft_n_accepted": stats.draft_n_accepted if stats else 0,
             "acceptance_rate": stats.acceptance_rate if stats and stats.draft_n else None,
             "acceptance_by_position": stats.acceptance_by_position if stats else [],
+            "acceptance_by_source": stats.acceptance_by_source if stats else {},
             "decisions_by_source": decisions_by_source(stats) if stats else {}}
 
 

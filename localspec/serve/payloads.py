@@ -13,6 +13,7 @@ from typing import Any
 
 from localspec.engine.events import StopReason
 from localspec.engine.stats import GenerationStats, decisions_by_source
+from localspec.session.plain_rate import plain_rate_for, speedup
 
 FINISH_REASONS = {StopReason.EOS: "stop", StopReason.STOP_STRING: "stop", StopReason.MAX_TOKENS: "length",
                   StopReason.CONTEXT_FULL: "length", StopReason.CANCELLED: "stop"}
@@ -58,16 +59,21 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
 
 
 def localspec_stats(stats: GenerationStats, plain_ms_per_token: float) -> dict[str, Any]:
-    """Everything else the engine measured, and the speedup over plain decoding as it runs now (session/plain_rate.py)."""
-    plain_rate = 1000.0 / plain_ms_per_token if plain_ms_per_token else 0.0
+    """Everything else the engine measured, and the speedup over plain decoding as it runs now (session/plain_rate.py):
+    `plain_per_second` is the rate it divides by, the target's with the answer's grammar (`plain_ms_per_token`, the
+    unconstrained baseline, plus `grammar_ms_per_row`)."""
     return {
         "drafter": stats.drafter, "draft_max": stats.draft_max, "seed": stats.seed,
         "acceptance_rate": stats.acceptance_rate, "acceptance_by_position": stats.acceptance_by_position,
+        "acceptance_by_source": stats.acceptance_by_source,
         "draft_n_per_pos": stats.draft_n_per_pos, "n_acc_tokens_per_pos": stats.n_acc_tokens_per_pos,
         "tokens_per_step": stats.tokens_per_step, "n_steps": stats.n_steps,
         "t_draft_ms": stats.t_draft_ms, "t_verify_ms": stats.t_verify_ms, "t_other_ms": stats.t_other_ms,
-        "decisions": stats.decisions, "decisions_by_source": decisions_by_source(stats), "plain_per_second": plain_rate,
-        "speedup": stats.predicted_per_second / plain_rate if plain_rate else None,
+        "decisions": stats.decisions, "decisions_by_source": decisions_by_source(stats),
+        "forced_n": stats.forced_n, "forced_n_accepted": stats.forced_n_accepted, "t_grammar_ms": stats.t_grammar_ms,
+        "grammar_rows": stats.grammar_rows, "grammar_ms_per_row": stats.grammar_ms_per_row,
+        "plain_ms_per_token": plain_ms_per_token or None, "plain_per_second": plain_rate_for(stats, plain_ms_per_token),
+        "speedup": speedup(stats, plain_ms_per_token),
     }
 
 

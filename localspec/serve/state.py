@@ -28,7 +28,7 @@ from localspec.serve.payloads import FINISH_REASONS, STOP_TYPES
 from localspec.serve.requests import SamplingFields
 from localspec.serve.response_format import requested_grammar
 from localspec.session.generation_request import SERVER_NAMES, Asked, resolve
-from localspec.session.plain_rate import updated_plain_ms
+from localspec.session.plain_rate import speedup, updated_plain_ms
 
 
 @dataclass
@@ -102,7 +102,6 @@ class ServerState:
 
     def log(self, route: str, stats: GenerationStats, task: int, status: str = "") -> None:
         """One line per request as it ends: what a user watching the terminal wants to know."""
-        plain = 1000.0 / self.plain_ms_per_token if self.plain_ms_per_token else 0.0
         if not stats.predicted_n:  # n_predict 0, or a client that left before the first token
             done = status or "warmed the cache"
             print(f"  #{task} {route} · 0 tokens · {done}: {stats.prompt_n} prompt tokens, {stats.cache_n} already cached",
@@ -111,8 +110,10 @@ class ServerState:
         parts = [route, f"{stats.predicted_n} tokens", f"{stats.predicted_per_second:.1f} tok/s", stats.drafter]
         if stats.draft_n:
             parts.append(f"accepted {100 * stats.acceptance_rate:.0f}% ({stats.tokens_per_step:.2f} tok/pass)")
-        if plain:
-            parts.append(f"{stats.predicted_per_second / plain:.2f}× plain")
+        if stats.forced_n:
+            parts.append(f"grammar forced {stats.forced_n_accepted} tokens")
+        if (times := speedup(stats, self.plain_ms_per_token)) is not None:
+            parts.append(f"{times:.2f}× plain" + (" under its grammar" if stats.grammar_rows else ""))
         if stats.cache_n:
             parts.append(f"{stats.cache_n} prompt tokens cached")
         if status:

@@ -33,6 +33,7 @@ from localspec.session.context_fit import answer_room, fit_conversation
 from localspec.session.generation_request import APP_NAMES, resolve
 from localspec.session.history import History
 from localspec.session.live_stats import LiveStats, StatsSnapshot
+from localspec.session.plain_rate import updated_plain_ms
 from localspec.session.plain_speed import PlainSpeed
 from localspec.session.settings import Settings
 
@@ -48,7 +49,7 @@ ANSWER_STATUS = {StopReason.CANCELLED: "stopped", StopReason.CONTEXT_FULL: "cut"
 class LoadedPair:
     pair: Pair
     engine: Engine
-    plain_ms_per_token: float
+    plain_ms_per_token: float  # timed at load (or read from auto's cost cache), then kept current by every answer (plain_rate.py)
     backend: str
     plan: MemoryPlan
     layers: list[OffloadedLayers]  # what llama.cpp was actually given, beside the plan
@@ -203,6 +204,7 @@ def stream_answer(loaded: LoadedPair, messages: list[Message], settings: Setting
         on_update(AnswerUpdate(pending, snapshot))
     status = ANSWER_STATUS.get(finished.reason, "complete")
     history.finish_answer(message_id, transcript.text, status, finished.stats.to_dict(), transcript.runs)
+    loaded.plain_ms_per_token = updated_plain_ms(loaded.plain_ms_per_token, finished.stats)  # the next answer's baseline
     speed = plain_speed.remember_answer(engine.target, finished.stats)
     return AnswerResult(transcript.text, transcript.runs, finished, snapshot, status, fitted.dropped_messages,
                         speed if speed is not None and speed.slowed else None)

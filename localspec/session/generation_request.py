@@ -55,10 +55,13 @@ class GenerationRequest:
 
 
 # Each door's names for the fields its users set, so that one rule speaks each door's language.
-CLI_NAMES = {"drafter": "--drafter", "draft_max": "--draft-max", "draft_p_min": "--draft-p-min", "max_tokens": "--max-tokens"}
+CLI_NAMES = {"drafter": "--drafter", "draft_max": "--draft-max", "draft_p_min": "--draft-p-min", "max_tokens": "--max-tokens",
+             "grammar": "a grammar (--json-schema, --grammar)"}
 SERVER_NAMES = {"drafter": "localspec.drafter", "draft_max": "speculative.n_max", "draft_p_min": "speculative.p_min",
-                "max_tokens": "max_tokens"}
-APP_NAMES = {"drafter": "drafter", "draft_max": "draft-max", "draft_p_min": "draft p-min", "max_tokens": "max tokens"}
+                "max_tokens": "max_tokens", "grammar": "a grammar (response_format, json_schema) or penalties (frequency_penalty, "
+                "presence_penalty, logit_bias)"}
+APP_NAMES = {"drafter": "drafter", "draft_max": "draft-max", "draft_p_min": "draft p-min", "max_tokens": "max tokens",
+             "grammar": "a grammar"}
 
 
 def resolve(asked: Asked, *, parts: registry.PairParts, context: int, pair: Pair | None = None,
@@ -94,13 +97,19 @@ def resolve(asked: Asked, *, parts: registry.PairParts, context: int, pair: Pair
         seed=asked.seed,
     )
     sampling.validate()
-    if (asked.grammar is not None or asked.penalties is not None) and not registry.DRAFTERS[drafter].constrained:
-        raise UsageError(f"The {drafter} drafter cannot draft under a grammar (response_format, json_schema) or penalties "
-                         "(frequency_penalty, presence_penalty, logit_bias): pick another drafter.")
+    if asked.grammar is not None or asked.penalties is not None:
+        refuse_unconstrained(drafter, names)
     config = GenerationConfig(max_tokens=max_tokens, sampling=sampling, draft_max=draft_max, draft_p_min=p_min,
                               verification=asked.verification, stop=asked.stop, grammar=asked.grammar,
                               penalties=asked.penalties)
     return GenerationRequest(drafter, config)
+
+
+def refuse_unconstrained(drafter: str, names: Mapping[str, str] = CLI_NAMES) -> None:
+    """A UsageError where the drafter cannot draft under a grammar or penalties (a door that makes the grammar only after
+    the load asks this before it)."""
+    if not registry.DRAFTERS[drafter].constrained:
+        raise UsageError(f"The {drafter} drafter cannot draft under {names['grammar']}: pick another drafter.")
 
 
 def draft_max_for(drafter: str, recommended: int | None) -> int:

@@ -3,7 +3,8 @@
 Everything here is derived from `GenerationStats` (exact counters the loop keeps
 anyway) and a clock, so watching costs a few arithmetic operations per token.
 The speedup is measured, not guessed: it divides the answer's rate by the
-target's plain rate, timed at load and refreshed by any plain step the answer takes.
+target's plain rate (session/plain_rate.py), the baseline moved by any plain step the answer takes, and under a
+grammar the constrained target's, its masks included.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from localspec.engine.events import TokenEvent
 from localspec.engine.stats import GenerationStats, SourceShare
+from localspec.session.plain_rate import plain_rate_for, speedup, updated_plain_ms
 
 SPARK_STEPS = 48  # acceptance of the last steps, for the sparkline
 RATE_WINDOW_S = 1.5  # "tokens/s now" looks this far back
@@ -30,7 +32,7 @@ class StatsSnapshot:
     recent_acceptance: list[float]  # per step, newest last
     tokens_per_second_now: float
     tokens_per_second_avg: float
-    plain_tokens_per_second: float | None
+    plain_tokens_per_second: float | None  # under a grammar, the constrained target's
     speedup: float | None
     t_draft_ms: float
     t_verify_ms: float
@@ -41,6 +43,12 @@ class StatsSnapshot:
     prompt_tokens: int
     context_used: int
     n_ctx: int
+    # Under a grammar: the share kept of its forced text and of the drafter's own tokens ({"grammar": 1.0, "auto": 0.7}),
+    # the forced tokens drafted and kept, and the grammar's time per masked row (None: no grammar holds the answer)
+    acceptance_by_source: dict[str, float] = field(default_factory=dict)
+    forced_n: int = 0
+    forced_n_accepted: int = 0
+    grammar_ms_per_row: float | None = None
 
 
 class LiveStats:
@@ -76,7 +84,7 @@ class LiveStats:
         average = stats.predicted_n / (elapsed_ms / 1000)
         (t0, n0), (t1, n1) = (self._rate_samples[0], self._rate_samples[-1]) if self._rate_samples else ((now, 0), (now, 0))
         current = (n1 - n0) / (t1 - t0) if t1 > t0 else average
-        plain_rate = self._plain_rate(stats)
+        plain_ms = updated_plain_ms(self.plain_ms_per_token or 0.0, stats)
         drafted = self._conversation[0] + stats.draft_n
         accepted = self._conversation[1] + stats.draft_n_accepted
         return StatsSnapshot(
@@ -88,8 +96,8 @@ class LiveStats:
             recent_acceptance=list(self._recent),
             tokens_per_second_now=current,
             tokens_per_second_avg=average,
-            plain_tokens_per_second=plain_rate,
-            speedup=average / plain_rate if plain_rate else None,
+            plain_tokens_per_second=plain_rate_for(stats, plain_ms),
+            speedup=speedup(stats, plain_ms, average),
             t_draft_ms=stats.t_draft_ms,
             t_verify_ms=stats.t_verify_ms,
             t_other_ms=max(0.0, elapsed_ms - stats.t_draft_ms - stats.t_verify_ms),
@@ -99,11 +107,8 @@ class LiveStats:
             prompt_tokens=stats.prompt_n,
             context_used=context_used,
             n_ctx=self.n_ctx,
+            acceptance_by_source=stats.acceptance_by_source if stats.forced_n else {},
+            forced_n=stats.forced_n,
+            forced_n_accepted=stats.forced_n_accepted,
+            grammar_ms_per_row=stats.grammar_ms_per_row if stats.grammar_rows else None,
         )
-
-    def _plain_rate(self, stats: GenerationStats) -> float | None:
-        """The target's own rate: this answer's plain steps where it took some, else the load-time timing."""
-        count, ms = stats.verify_ms_by_batch.get(1, (0, 0.0))
-        if count >= 4:
-            return 1000 * count / ms if ms else None
-        return 1000 / self.plain_ms_per_token if self.plain_ms_per_token else None

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from localspec.engine.drafters import registry
+from localspec.engine.drafters.auto.choice import Source
 from localspec.session.live_stats import StatsSnapshot
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -38,8 +39,14 @@ def render_snapshot(s: StatsSnapshot) -> Text:
     line("drafter", _drafter_named(s))
     if s.drafter == registry.ADAPTIVE:
         _auto_choices(text, s)
+    if s.grammar_ms_per_row is not None:  # a source of its own: the text it forced, drafted ahead of the drafter's
+        if s.forced_n:
+            line("grammar", f"{s.forced_n_accepted} tok forced")
+        line("" if s.forced_n else "grammar", f"mask {s.grammar_ms_per_row:.{2 if s.grammar_ms_per_row < 10 else 1}f} ms/row")
     line("accepted", f"{percent(s.acceptance_answer)} answer", "bold")
     line("", f"{percent(s.acceptance_conversation)} chat")
+    for i, (source, rate) in enumerate(s.acceptance_by_source.items()):  # the grammar's forced text and the drafter's own
+        line("" if i else "by source", f"{100 * rate:3.0f}% {source}")
     line("tok/pass", f"{s.tokens_per_pass:.2f}")
     rates = s.acceptance_by_position
     if len(rates) > BAR_POSITIONS:  # a character per position: of the drafts that reached it, the share accepted up to it
@@ -105,6 +112,8 @@ def _auto_choices(text: Text, s: StatsSnapshot) -> None:
         return
     text.append(f"{'auto chose':<13}{'steps':>6}{'tokens':>7}\n", style="dim")
     for share in s.by_source:
+        if share.source is Source.GRAMMAR:  # not auto's choice: the grammar's own lines say it
+            continue
         text.append(f"{share.source.display_name:<13}{share.steps:>6}{share.tokens:>7}\n")
 
 
