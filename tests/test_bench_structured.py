@@ -124,5 +124,5 @@ def test_the_bundled_structured_category_asks_for_tools_and_schemas():
 def test_bench_serve_sends_plain_chat_and_leaves_structured_prompts_to_the_bench():
     result = subprocess.run([sys.executable, "-m", "localspec", "bench-serve", "http://127.0.0.1:9", "--only", "structured"],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "every prompt chosen asks for structured output (structured-call-weather" in result.stderr
+    assert result.returncode == 2 and "every prompt chosen asks for structured output (tool-call-weather" in result.stderr
     assert "`localspec bench` measures those" in result.stderr and "Traceback" not in result.stderr
