@@ -126,3 +126,19 @@ def test_bench_serve_sends_plain_chat_and_leaves_structured_prompts_to_the_bench
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "every prompt chosen asks for structured output (tool-call-weather" in result.stderr
     assert "`localspec bench` measures those" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_lockstep_holds_each_answer_to_its_own_grammar_on_either_context(tmp_path, tiny):
+    """In lockstep two answers advance a token each in turn, one on a second context: each has a grammar state of its own."""
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "localspec", "bench", "--target", str(tiny["target"]), "--draft", str(tiny["same"]), "--only",
+         "json-invoices,json-mode-reviews", "--drafters", "none", "--lockstep", "--rounds", "2", "--max-tokens", "24", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(out.read_text())["measurements"]
+    assert len(runs) == 2 * 2 * 2 and all(m["stats"]["grammar_rows"] > 0 and m["departs_at"] is None for m in runs)
+    for m in runs:
+        if len(m["tokens"]) < 24:  # the grammar ended the answer: a whole JSON object
+            assert isinstance(json.loads(m["text"]), dict), m["text"]
