@@ -427,7 +427,7 @@ def test_json_that_is_not_a_call_to_an_offered_tool_stays_text():
 
 def test_a_forced_call_with_parallel_calls_allowed_is_a_list_of_them():
     from localspec.serve.answer import ForcedCall
-    from localspec.serve.tool_calls import forced_call_schema
+    from localspec.session.structured_output import forced_call_schema
 
     tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in sorted(TWO_TOOLS)]
     several = forced_call_schema(tools, "required")

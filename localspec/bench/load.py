@@ -136,7 +136,12 @@ def parse_clients(text: str) -> list[int]:
 def run_bench_serve(args: argparse.Namespace) -> int:
     if not args.url.startswith(("http://", "https://")):
         raise UsageError(f"bench-serve takes a running server's URL, such as http://127.0.0.1:8080, not {args.url!r}.")
-    prompts = select_prompts(load_prompts(args.prompts), args.only)
+    chosen = select_prompts(load_prompts(args.prompts), args.only)
+    prompts = [p for p in chosen if p.response_format is None and p.tools is None]  # its requests are plain chat
+    structured = ", ".join(p.id for p in chosen if p not in prompts)
+    if not prompts:
+        raise UsageError(f"bench-serve sends plain chat requests, and every prompt chosen asks for structured output ({structured}): "
+                         "`localspec bench` measures those.")
     counts = parse_clients(args.clients)
     try:
         urllib.request.urlopen(args.url.rstrip("/") + "/health", timeout=10).close()
@@ -147,7 +152,7 @@ def run_bench_serve(args: argparse.Namespace) -> int:
     if warm_up.errors:
         raise LocalspecError(f"The server at {args.url} refused a chat request ({warm_up.errors[0]}). Check the URL and --api-key.")
     print(f"{args.url}: {len(prompts)} prompt(s) × {args.rounds} round(s) shared by the clients, {args.max_tokens} tokens max, "
-          "temperature 0, streamed")
+          "temperature 0, streamed" + (f"; left out, as structured output (`localspec bench` measures it): {structured}" if structured else ""))
     print(f"{'clients':>7}  {'aggregate tok/s':>15}  {'per client tok/s':>16}  {'first token (median)':>20}  errors")
     for clients in counts:
         aggregate, per_client, first, errors = measure(args.url, prompts, clients, args.rounds, args.max_tokens, args.api_key)

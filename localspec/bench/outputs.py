@@ -15,6 +15,7 @@ from pathlib import Path
 
 from localspec.bench import reference
 from localspec.bench.charts import save_charts
+from localspec.bench.report import grammar_ms_per_pass, grammar_table
 from localspec.bench.results import BenchResult
 from localspec.engine.errors import EngineError
 from localspec.errors import UsageError
@@ -75,9 +76,12 @@ def as_json(result: BenchResult) -> dict[str, object]:
         "prompts": [asdict(p) for p in result.prompts],
         "measurements": [
             {"prompt": m.prompt_id, "mode": m.mode.label, "drafter": m.mode.drafter, "k": m.mode.k, "verification": m.mode.verification,
-             "departs_at": m.departs_at, "tokens": m.tokens, "margins": m.margins, "stats": m.stats.to_dict()}
+             "departs_at": m.departs_at, "tokens": m.tokens, "text": m.text, "margins": m.margins, "stats": m.stats.to_dict(),
+             "grammar_ms_per_pass": grammar_ms_per_pass([m])}
             for m in result.measurements
         ],
+        "grammar": {row.category: asdict(row) for row in grammar_table(result)},
+        "notes": result.notes,
         "llama_bench_tg": result.llama_bench_tg,
         "llama_bench_matched": {"n_gen": result.matched_workload[0], "depth": result.matched_workload[1], "tok_s": result.llama_bench_matched},
         "reference": [asdict(r) for r in result.reference],

@@ -47,10 +47,29 @@ def total(measurements: Iterable[Measurement]) -> GenerationStats:
     return GenerationStats.total(m.stats for m in measurements)
 
 
-def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats, departs: str, doubts: Doubts, where: str) -> str:
+def plain_beside(result: BenchResult, runs: Iterable[Measurement]) -> GenerationStats:
+    """Plain decoding on the prompts `runs` are of: a mode that skipped some prompts (a drafter that cannot draft under a
+    grammar) is compared with plain on those it ran."""
+    ids = {m.prompt_id for m in runs}
+    return total(m for m in result.measurements if m.mode == PLAIN and m.prompt_id in ids)
+
+
+def grammar_ms_per_pass(runs: Iterable[Measurement]) -> float | None:
+    """The grammar's own time (masks, forced text, following the answer) per target pass, over the runs that had a grammar;
+    None where none had one."""
+    held = total(m for m in runs if m.stats.grammar_rows)
+    return held.t_grammar_ms / held.n_steps if held.n_steps else None
+
+
+def _grammar_column(ms: float | None) -> str:
+    return f"{ms:7.2f}" if ms is not None else f"{'-':>7}"
+
+
+def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats, departs: str, doubts: Doubts, where: str,
+         grammar_ms: float | None = None) -> str:
     if mode.plain:
         return (f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {1.0:6.2f}  {'':>7} {1.0:6.2f} {'':>24} {'':>6} "
-                f"{stats.python_ms_per_step:6.2f}  {departs}")
+                f"{stats.python_ms_per_step:6.2f} {_grammar_column(grammar_ms)}  {departs}")
     positions = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position[:6])
     predicted = None
     if mode.fixed and mode.spec.chain:  # a chain of drafted tokens: what the cost model describes
@@ -59,13 +78,13 @@ def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats,
     mark = doubts.speedup(f"{where}, {mode.label}", ratio(stats, plain), stats.tokens_per_step)
     return (
         f"{label:<20} {mode.label:>22} {stats.predicted_per_second:7.1f} {ratio(stats, plain):6.2f}{mark} {100 * stats.acceptance_rate:6.1f}% "
-        f"{stats.tokens_per_step:6.2f} {positions:>24} {pred} {stats.python_ms_per_step:6.2f}  {departs}"
+        f"{stats.tokens_per_step:6.2f} {positions:>24} {pred} {stats.python_ms_per_step:6.2f} {_grammar_column(grammar_ms)}  {departs}"
     )
 
 
 HEADER = (
     f"{'prompt':<20} {'mode':>22} {'tok/s':>7} {'×plain':>7} {'accept':>7} {'tok/pass':>6} {'acceptance by position':>24} "
-    f"{'pred×':>6} {'py ms':>6}  same as plain"
+    f"{'pred×':>6} {'py ms':>6} {'gram ms':>7}  same as plain"
 )
 
 
@@ -80,26 +99,30 @@ def print_report(result: BenchResult) -> None:
     condition = "temperature 0" if greedy else f"temperature {result.temperature:g}, the same seed for every mode of a prompt"
     if result.lockstep:
         condition += "; plain and auto in lockstep, a token each in turn"
-    print(f"\nPer prompt ({condition}; ×plain is measured, pred× is predicted from measured acceptance and costs)")
+    print(f"\nPer prompt ({condition}; ×plain is measured, pred× is predicted from measured acceptance and costs; gram ms is "
+          "the grammar's time per pass, where the prompt asks for structured output)")
     print(HEADER)
     for prompt in result.prompts:
         modes = by_prompt[prompt.id]
         plain = total(modes[PLAIN])
-        for mode in result.modes:
+        for mode in result.modes_for(prompt):
             departs = "yes" if greedy else "-"
             for m in modes[mode]:
                 if m.departs_at is not None:
                     margin = m.margin_at_departure(modes[PLAIN][0])
                     departs = f"departs at token {m.departs_at}" + ("" if margin is None else f" (top-2 gap {margin:.3f})")
-            print(_row(prompt.id if mode == PLAIN else "", mode, total(modes[mode]), plain, departs, doubts, prompt.id))
+            print(_row(prompt.id if mode == PLAIN else "", mode, total(modes[mode]), plain, departs, doubts, prompt.id,
+                       grammar_ms_per_pass(modes[mode])))
 
-    print("\nOverall")
+    skipping = any(len(result.modes_for(prompt)) < len(result.modes) for prompt in result.prompts)
+    print("\nOverall" + (" (each mode beside plain on the prompts it ran)" if skipping else ""))
     print(HEADER)
     plain_all = total(m for m in result.measurements if m.mode == PLAIN)
     for mode in result.modes:
         runs = [m for m in result.measurements if m.mode == mode]
         identical = f"{sum(m.departs_at is None for m in runs)}/{len(runs)} runs" if greedy else "-"
-        print(_row("all prompts" if mode == PLAIN else "", mode, total(runs), plain_all, identical, doubts, "all prompts"))
+        print(_row("all prompts" if mode == PLAIN else "", mode, total(runs), plain_beside(result, runs), identical, doubts, "all prompts",
+                   grammar_ms_per_pass(runs)))
 
     _print_categories(result, doubts, costs_doubted)
     _print_auto(result, costs_doubted)
@@ -109,6 +132,8 @@ def print_report(result: BenchResult) -> None:
         print(f"\nllama.cpp comparison skipped: {result.reference_error}")
     if result.llama_bench_tg and result.reference and not result.reference_error:
         _print_llama_cpp_side_by_side(result, plain_all)
+    for note in result.notes:
+        print(f"\nLeft out: {note}.")
     doubts.print()
 
 
@@ -132,8 +157,8 @@ def category_table(result: BenchResult) -> list[CategoryRow]:
         ids = {p.id for p in result.prompts if p.category == category}
         in_category = [m for m in result.measurements if m.prompt_id in ids]
         plain = total(m for m in in_category if m.mode == PLAIN)
-        fixed = [(ratio(stats, plain), stats.tokens_per_step, mode) for mode in result.modes if mode.fixed
-                 for stats in [total(m for m in in_category if m.mode == mode)]]
+        fixed = [(ratio(total(runs), plain_beside(result, runs)), total(runs).tokens_per_step, mode) for mode in result.modes if mode.fixed
+                 for runs in [[m for m in in_category if m.mode == mode]] if runs]
         best_ratio, best_per_pass, best = max(fixed, key=lambda row: row[0]) if fixed else (0.0, 0.0, None)
         auto = total(m for m in in_category if m.mode in auto_modes)
         auto_ratio = ratio(auto, plain) if auto_modes else 0.0
@@ -141,6 +166,63 @@ def category_table(result: BenchResult) -> list[CategoryRow]:
         rows.append(CategoryRow(category, plain.predicted_per_second, best, best_ratio, best_per_pass, auto_ratio, auto.tokens_per_step,
                                 combined(ceilings).ratio if ceilings else None))
     return rows
+
+
+@dataclass(frozen=True)
+class GrammarSide:
+    """One mode's work under a grammar, over a category's structured prompts."""
+
+    tokens_per_second: float
+    tokens_per_pass: float
+    ms_per_pass: float  # the grammar's own time (masks, forced text, following the answer) per target pass
+    ms_per_row: float  # ...per verify row it masked
+    forced_n: int  # tokens of forced text drafted
+    forced_n_accepted: int
+
+    @classmethod
+    def of(cls, stats: GenerationStats) -> GrammarSide:
+        return cls(stats.predicted_per_second, stats.tokens_per_step, stats.t_grammar_ms / stats.n_steps if stats.n_steps else 0.0,
+                   stats.grammar_ms_per_row, stats.forced_n, stats.forced_n_accepted)
+
+
+@dataclass(frozen=True)
+class GrammarRow:
+    category: str
+    prompts: list[str]  # those of the category that ask for structured output
+    plain: GrammarSide
+    auto: GrammarSide | None  # None: not measured yet (the JSON is written as each prompt finishes)
+    auto_ratio: float | None
+
+
+def grammar_table(result: BenchResult) -> list[GrammarRow]:
+    """Per category with structured prompts: plain and auto on those prompts, the grammar's time beside their speed."""
+    rows = []
+    for category in sorted({p.category for p in result.prompts if p.grammar is not None}):
+        ids = [p.id for p in result.prompts if p.category == category and p.grammar is not None]
+        runs = [m for m in result.measurements if m.prompt_id in ids]
+        plain = total(m for m in runs if m.mode == PLAIN)
+        autos = [m for m in runs if m.mode.adaptive]
+        auto = total(autos) if autos else None
+        rows.append(GrammarRow(category, ids, GrammarSide.of(plain), GrammarSide.of(auto) if auto else None,
+                               ratio(auto, plain) if auto else None))
+    return rows
+
+
+def _print_grammar(result: BenchResult) -> None:
+    rows = grammar_table(result)
+    if not rows:
+        return
+    print("Under a grammar: the grammar's own time (masks, forced text, following the answer) per target pass and per row it masked")
+    for row in rows:
+        plain = row.plain
+        line = (f"  {row.category} ({len(row.prompts)} prompt{'s' if len(row.prompts) != 1 else ''}): plain {plain.tokens_per_second:.1f} tok/s, "
+                f"{plain.ms_per_pass:.2f} ms a pass ({plain.ms_per_row:.3f} ms a row)")
+        if row.auto is not None and row.auto_ratio is not None:
+            auto = row.auto
+            kept = f", {100 * auto.forced_n_accepted / auto.forced_n:.1f}% kept" if auto.forced_n else ""
+            line += (f"; auto × plain {row.auto_ratio:.2f}, {auto.tokens_per_pass:.2f} tok/pass, {auto.ms_per_pass:.2f} ms a pass "
+                     f"({auto.ms_per_row:.3f} ms a row), {auto.forced_n} forced tokens drafted{kept}")
+        print(line)
 
 
 def _print_categories(result: BenchResult, doubts: Doubts, costs_doubted: bool) -> None:
@@ -154,6 +236,7 @@ def _print_categories(result: BenchResult, doubts: Doubts, costs_doubted: bool) 
         auto_mark = doubts.speedup(f"{row.category}, auto", row.auto_ratio, row.auto_tokens_per_pass)
         print(f"{row.category:<18} {row.plain_per_second:11.1f} {row.best.label if row.best else '-':>22} {best_ratio} "
               f"{row.auto_ratio:11.2f}{auto_mark} {share} {ceiling}")
+    _print_grammar(result)
     auto_runs = [m for m in result.measurements if m.mode.adaptive]
     if not auto_runs:
         return

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 from localspec.bench import reference
 from localspec.bench.ceiling import Ceiling
 from localspec.engine.chat import Message, with_system
 from localspec.engine.drafters import registry
+from localspec.engine.grammar import GrammarText
 from localspec.engine.stats import GenerationStats
+from localspec.session.structured_output import ToolRequest, requested_grammar, tool_request
 
 
 @dataclass(frozen=True)
@@ -17,10 +21,27 @@ class BenchPrompt:
     category: str
     prompt: str
     system: str | None = None
+    # What the answer must be, as an OpenAI-shaped request sends it: a response_format (json_object, json_schema), or
+    # tools, which the chat template renders, and a tool_choice that forces a call
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # None: allowed, OpenAI's default
 
     @property
     def messages(self) -> list[Message]:
         return with_system(self.system, [Message("user", self.prompt)])
+
+    @cached_property
+    def tool_request(self) -> ToolRequest:
+        """The tools shown and a forced call's schema, read as the server reads a request's (a UsageError where they
+        do not fit together)."""
+        return tool_request(self.tools, self.tool_choice, self.parallel_tool_calls, self.response_format is not None)
+
+    @cached_property
+    def grammar(self) -> GrammarText | None:
+        """The grammar every mode's answer is held to (None: free text), as `serve` would hold the same request's."""
+        return requested_grammar(self.response_format, self.tool_request.forced_schema)
 
 
 @dataclass(frozen=True)
@@ -73,6 +94,7 @@ class Measurement:
     stats: GenerationStats
     departs_at: int | None = None  # first token that differs from plain output (greedy runs)
     margins: list[float] = field(default_factory=list)  # target's top-1 minus top-2 logit per token (--margins)
+    text: str = ""  # the answer, so a structured one can be read and checked
 
     def margin_at_departure(self, plain: Measurement) -> float | None:
         """The closer of the two runs' top-2 logit gaps where the outputs part: a near-tie, or a bug."""
@@ -112,6 +134,11 @@ class BenchResult:
     rounds: int = 1
     lockstep: bool = False  # plain decoding and auto ran a token each in turn (lockstep.py)
     interrupted: bool = False  # Ctrl-C: only the prompts that finished every mode are kept
+    notes: list[str] = field(default_factory=list)  # what was left out, and why (a drafter under a grammar, tools unrendered)
+
+    def modes_for(self, prompt: BenchPrompt) -> list[Mode]:
+        """The modes `prompt` runs in: under a grammar, those whose drafter can draft under one (registry: constrained)."""
+        return [mode for mode in self.modes if prompt.grammar is None or mode.spec.constrained]
 
     def reference_drafters(self) -> list[tuple[str, str]]:
         """The drafters benched here that llama.cpp drafts as well, each with its `--spec-type`, in the modes' order."""
@@ -124,7 +151,7 @@ class BenchResult:
         self.interrupted = True
         done = {m.prompt_id for m in self.measurements}
         finished = [p for p in self.prompts if p.id in done and
-                    all(sum(m.prompt_id == p.id and m.mode == mode for m in self.measurements) >= 1 for mode in self.modes)]
+                    all(sum(m.prompt_id == p.id and m.mode == mode for m in self.measurements) >= 1 for mode in self.modes_for(p))]
         ids = {p.id for p in finished}
         self.prompts = finished
         self.measurements = [m for m in self.measurements if m.prompt_id in ids]

@@ -27,13 +27,15 @@ from localspec.bench.report import print_report
 from localspec.bench.results import PLAIN, BenchPrompt, BenchResult, Measurement, Mode, ReferenceMeasurement
 from localspec.catalog.models_toml import Pair
 from localspec.engine import defaults
-from localspec.engine.chat import Message, chat_prompt_tokens, message_dicts, render_chat
+from localspec.engine.chat import Message, chat_prompt_tokens, message_dicts, render_chat, supports_tools
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.self_draft import self_draft_path
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.engine.generation_config import GenerationConfig
+from localspec.engine.grammar import GrammarText
+from localspec.engine.llama.model import Model
 from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, tokenizer_difference
 from localspec.engine.sampling import SamplingParams
 from localspec.errors import UsageError
@@ -62,14 +64,34 @@ def load_prompts(path: Path | None) -> list[BenchPrompt]:
             continue
         try:
             record = json.loads(line)
-            prompts.append(BenchPrompt(str(record["id"]), str(record.get("category", "other")), str(record["prompt"]), record.get("system")))
+            prompt = BenchPrompt(str(record["id"]), str(record.get("category", "other")), str(record["prompt"]), record.get("system"),
+                                 record.get("response_format"), record.get("tools"), record.get("tool_choice"), record.get("parallel_tool_calls"))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise EngineError(
-                f"{source}, line {number}: expected a JSON object with \"id\" and \"prompt\" (and optional \"category\", \"system\"): {exc}"
+                f"{source}, line {number}: expected a JSON object with \"id\" and \"prompt\" (and optional \"category\", \"system\", "
+                f"\"response_format\", \"tools\", \"tool_choice\", \"parallel_tool_calls\"): {exc}"
             ) from exc
+        try:
+            _check_structure(prompt)
+        except (UsageError, EngineError) as exc:
+            raise UsageError(f"{source}, line {number} ({prompt.id}): {exc}") from None
+        prompts.append(prompt)
     if not prompts:
         raise EngineError(f"{source} holds no prompts.")
     return prompts
+
+
+def _check_structure(prompt: BenchPrompt) -> GrammarText | None:
+    """A record's answer form read as the server would read it, before the pair loads: the tools' shape, then the grammar
+    (a malformed response_format, a tool_choice naming no offered tool, a schema the converter refuses)."""
+    if prompt.tools is not None:
+        if not isinstance(prompt.tools, list) or not prompt.tools or not all(
+                isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict)
+                and isinstance(tool["function"].get("name"), str) for tool in prompt.tools):
+            raise UsageError('"tools" must be a list of OpenAI tools, {"type": "function", "function": {"name": ..., "parameters": {...}}}.')
+    if prompt.parallel_tool_calls is not None and not isinstance(prompt.parallel_tool_calls, bool):
+        raise UsageError(f'"parallel_tool_calls" must be true or false, not {prompt.parallel_tool_calls!r}.')
+    return prompt.grammar  # made now, so that a bad record fails here and not minutes into the run
 
 
 def select_prompts(prompts: list[BenchPrompt], only: str | None) -> list[BenchPrompt]:
@@ -162,7 +184,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
         raise UsageError("--lockstep runs plain decoding and auto a token each in turn, each on a context of its own: add "
                          "--drafters none (with fixed drafters, every mode would need a context of its own).")
     result = BenchResult(ks=ks, prompts=prompts, modes=modes, temperature=args.temperature, rounds=args.rounds, lockstep=args.lockstep)
-    progress = BenchProgress(args.rounds * len(prompts) * len(modes))
+    progress = BenchProgress(0)  # its count once the prompts left out are known
     progress.stage(f"{len(prompts)} prompts × {len(modes)} modes × {args.rounds} round(s); loading the pair")
     with Engine(engine_config) as engine, ExitStack() as stack:
         result.machine = {
@@ -171,6 +193,12 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
             "draft": engine.draft.description if engine.draft is not None else None,
             "device": device_record(engine),
         }
+        _leave_out_unrendered_tools(result, engine.target, progress)
+        prompts = result.prompts
+        _note_unconstrained_drafters(result, progress)
+        if args.llama_cpp_bin and (held := [p.id for p in prompts if p.grammar is not None]):
+            _note(result, progress, f"llama.cpp's tools would run without the grammar, so they skip {', '.join(held)}")
+        progress.total = args.rounds * sum(len(result.modes_for(p)) for p in prompts)
         warmup = chat_prompt_tokens(engine.target, [Message("user", "Hello")])
         _say_self_draft(progress, engine_config, drafters)
         lockstep = None
@@ -181,7 +209,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
         for mode in result.modes:  # loads the self draft and times auto's costs before anything is measured
             for round_index in range(2 if lockstep else 1):  # on each context
                 record((_decoder(engine, lockstep, mode, round_index), warmup, GenerationConfig(max_tokens=8, draft_max=mode.k)))
-        depth = round(sum(len(chat_prompt_tokens(engine.target, p.messages)) for p in prompts) / len(prompts))
+        depth = round(sum(len(chat_prompt_tokens(engine.target, p.messages, p.tool_request.offered)) for p in prompts) / len(prompts))
         result.matched_workload = (args.max_tokens, depth)
         try:
             _llama_bench(args, engine, result)
@@ -204,6 +232,36 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
     return 130 if result.interrupted else 0
 
 
+def _note(result: BenchResult, progress: BenchProgress, text: str) -> None:
+    """Something left out of the run: said as the bench starts, and again in the report and the JSON."""
+    result.notes.append(text)
+    progress.stage(text)
+
+
+def _note_unconstrained_drafters(result: BenchResult, progress: BenchProgress) -> None:
+    """A drafter that cannot draft under a grammar skips the prompts that have one (every other mode still runs them)."""
+    held = [p.id for p in result.prompts if p.grammar is not None]
+    if not held:
+        return
+    for drafter in dict.fromkeys(mode.drafter for mode in result.modes if not mode.spec.constrained):
+        _note(result, progress, f"{drafter} cannot draft under a grammar, so it skips {', '.join(held)}")
+
+
+def _leave_out_unrendered_tools(result: BenchResult, model: Model, progress: BenchProgress) -> None:
+    """The prompts that offer tools are left out where the target's chat template cannot render them (the server refuses
+    such a request); a UsageError where nothing is left."""
+    if supports_tools(model):
+        return
+    offering = [p.id for p in result.prompts if p.tool_request.offered]
+    if not offering:
+        return
+    result.prompts = [p for p in result.prompts if not p.tool_request.offered]
+    why = f"the chat template of {model.path.name} does not render tools"
+    if not result.prompts:
+        raise UsageError(f"Every prompt chosen offers tools, and {why}: bench other prompts, or a target whose template renders tools.")
+    _note(result, progress, f"{why}, so {', '.join(offering)} are left out")
+
+
 def _bench_prompt(
     args: argparse.Namespace, engine: Engine, lockstep: LockstepContexts | None, prompt: BenchPrompt, index: int, reference_p_mins: list[float],
     round_index: int, result: BenchResult, progress: BenchProgress, p_min: float,
@@ -213,23 +271,24 @@ def _bench_prompt(
 
     At temperature > 0 every mode samples with the same seed, so modes differ only in how they draft and verify.
     """
-    tokens = chat_prompt_tokens(engine.target, prompt.messages)
-    modes = result.modes
+    tokens = chat_prompt_tokens(engine.target, prompt.messages, prompt.tool_request.offered)
+    modes = result.modes_for(prompt)
     shift = round_index % len(modes)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed + index)
     order = modes[shift:] + modes[:shift]
     planned: list[Run] = []
     for mode in order:
+        grammar = engine.target.grammar(prompt.grammar) if prompt.grammar is not None else None  # one answer's state: each run its own
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, draft_max=mode.k, draft_p_min=p_min,
                                   verification=mode.verification, record_margins=args.margins,  # type: ignore[arg-type]
-                                  conversation=tuple(message_dicts(prompt.messages)))
+                                  conversation=tuple(message_dicts(prompt.messages)), grammar=grammar)
         decoder = _decoder(engine, lockstep, mode, round_index)
         decoder.drafter.forget_requests()  # each prompt is a session of its own: a round's repeat is not drafted from memory
         planned.append((decoder, tokens, config))
     recorded = record_in_lockstep(planned) if lockstep is not None else [record(run) for run in planned]
     runs: dict[Mode, Measurement] = {}
     for mode, (out, margins, stats) in zip(order, recorded):
-        runs[mode] = Measurement(prompt.id, mode, out, stats, margins=margins)
+        runs[mode] = Measurement(prompt.id, mode, out, stats, margins=margins, text=engine.target.vocab.text(out))
         progress.measured(f"{prompt.id} · {mode.label}", stats.predicted_per_second)
     for m in runs.values():
         if sampling.greedy:
@@ -239,8 +298,8 @@ def _bench_prompt(
     if sampling.greedy and prompt.id not in result.ceilings and costs is not None:
         auto_cap = max(mode.k for mode in modes if mode.adaptive)
         result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, costs.verify, auto_cap)
-    if args.llama_cpp_bin and not result.reference_error and sampling.greedy:
-        text = render_chat(engine.target, prompt.messages)
+    if args.llama_cpp_bin and not result.reference_error and sampling.greedy and prompt.grammar is None:
+        text = render_chat(engine.target, prompt.messages, prompt.tool_request.offered)
         for drafter, spec_type in result.reference_drafters():
             row = registry.spec(drafter)
             draft = args.draft if row.needs_draft_model or row.eagle3_head else None  # MTP layers live in the target's file

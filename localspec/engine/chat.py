@@ -32,9 +32,10 @@ def with_system(system: str | None, messages: Sequence[Message]) -> list[Message
     return ([Message("system", system)] if system else []) + list(messages)
 
 
-def render_chat(model: Model, messages: list[Message]) -> str:
-    """The prompt text for `messages`, ending where the assistant's answer begins."""
-    return render_messages(model, message_dicts(messages))
+def render_chat(model: Model, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> str:
+    """The prompt text for `messages` (and the tools offered, as the template renders them), ending where the assistant's
+    answer begins."""
+    return render_messages(model, message_dicts(messages), tools)
 
 
 def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:
@@ -77,9 +78,9 @@ def chat_problem(model: Model) -> str:
     return ""
 
 
-def chat_prompt_tokens(model: Model, messages: list[Message]) -> list[int]:
+def chat_prompt_tokens(model: Model, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> list[int]:
     """Tokenize the rendered chat with special tokens parsed; the template already placed BOS."""
-    return model.vocab.tokenize(render_chat(model, messages), add_special=False, parse_special=True)
+    return model.vocab.tokenize(render_chat(model, messages, tools), add_special=False, parse_special=True)
 
 
 def raw_prompt_tokens(model: Model, text: str) -> list[int]:

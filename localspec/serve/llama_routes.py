@@ -23,6 +23,7 @@ from localspec.serve.requests import ChatRequest, DetokenizeRequest, InfillReque
 from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
 from localspec.serve.worker import Job, JobFailed, SlotView
+from localspec.session.structured_output import offered_tools
 
 router = APIRouter()
 
@@ -76,7 +77,7 @@ def _slot_stats(state: ServerState, view: SlotView) -> dict[str, Any]:
 async def apply_template(body: ChatRequest, request: Request) -> dict[str, Any]:
     """llama-server's: the prompt a chat request would become, rendered by the model's template and not generated from."""
     _, engine = server(request)
-    tools = body.tools if body.tools and body.tool_choice != "none" else None
+    tools = offered_tools(body.tools, body.tool_choice)
     return {"prompt": render_messages(engine.target, [message.as_template_dict() for message in body.messages], tools)}
 
 

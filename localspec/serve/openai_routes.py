@@ -21,8 +21,9 @@ from localspec.serve.payloads import localspec_stats, new_id, now, timings, usag
 from localspec.serve.requests import ChatRequest, CompletionRequest, answer_limit
 from localspec.serve.state import ServerState
 from localspec.serve.streaming import collected, sse, sse_failure, started
-from localspec.serve.tool_calls import HERMES_CLOSE, forced_call_schema
+from localspec.serve.tool_calls import HERMES_CLOSE
 from localspec.serve.worker import JobFailed
+from localspec.session.structured_output import tool_request
 
 router = APIRouter()
 
@@ -47,15 +48,10 @@ async def models(request: Request) -> dict[str, Any]:
 @router.post("/chat/completions")
 async def chat_completions(body: ChatRequest, request: Request) -> Any:
     state, engine = server(request)
-    tools = body.tools if body.tools and body.tool_choice != "none" else None
-    if body.tool_choice not in (None, "none", "auto") and not body.tools:
-        raise UsageError(f"tool_choice {body.tool_choice!r} asks for a tool call, but the request offers no `tools`.")
-    parallel = body.parallel_tool_calls is not False
-    forced = forced_call_schema(tools, body.tool_choice, parallel) if tools else None
+    asked = tool_request(body.tools, body.tool_choice, body.parallel_tool_calls,
+                         body.response_format is not None or body.json_schema is not None or body.grammar is not None)
+    tools, forced, parallel = asked.offered, asked.forced_schema, asked.parallel
     if forced is not None:  # the answer is the calls, held to their schema by the JSON-schema grammar
-        if body.response_format is not None or body.json_schema is not None or body.grammar is not None:
-            raise UsageError("A forced tool call (tool_choice) already fixes the answer's form: leave out response_format, "
-                             "json_schema and grammar.")
         body = body.model_copy(update={"json_schema": forced})
     elif tools and not parallel:  # one call at most: a Hermes-style answer ends as its first call closes
         body = body.model_copy(update={"stop": [*body.stop_strings, HERMES_CLOSE]})

@@ -26,9 +26,9 @@ from localspec.serve.metrics import Metrics
 from localspec.serve.options import ServeOptions
 from localspec.serve.payloads import FINISH_REASONS, STOP_TYPES
 from localspec.serve.requests import SamplingFields
-from localspec.serve.response_format import requested_grammar
 from localspec.session.generation_request import SERVER_NAMES, Asked, resolve
 from localspec.session.plain_rate import speedup, updated_plain_ms
+from localspec.session.structured_output import requested_grammar
 
 
 @dataclass

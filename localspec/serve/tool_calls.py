@@ -19,7 +19,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from localspec.errors import UsageError
 from localspec.serve.text_streams import TagSplitter
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
@@ -166,26 +165,3 @@ class ToolCallStream:
             out += self._calls(self._fenced, JSON_FENCE + self._fenced)
         return out
 
-
-def forced_call_schema(tools: list[dict[str, Any]], tool_choice: Any, parallel: bool = True) -> dict[str, Any] | None:
-    """The JSON schema the answer must follow where `tool_choice` forces a call ("required": any offered tool; a named
-    function: that one); None where the model may answer in text ("auto", or no choice). With `parallel` the answer is a
-    JSON list of one call or more (as llama.cpp's generic format has it), else one call. The answer is then held to the
-    schema by the grammar the server uses for JSON schemas, and is the calls themselves."""
-    if tool_choice is None or tool_choice == "auto":
-        return None
-    by_name = {str((tool.get("function") or {}).get("name", "")): tool.get("function") or {} for tool in tools}
-    if tool_choice == "required":
-        chosen = list(by_name)
-    elif isinstance(tool_choice, dict) and tool_choice.get("type") == "function" and isinstance(tool_choice.get("function"), dict):
-        name = tool_choice["function"].get("name")
-        if name not in by_name:
-            raise UsageError(f"tool_choice names the function {name!r}, which `tools` does not offer ({', '.join(by_name)}).")
-        chosen = [name]
-    else:
-        raise UsageError(f'tool_choice must be "none", "auto", "required" or {{"type": "function", "function": {{"name": ...}}}}, '
-                         f"not {tool_choice!r}.")
-    calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": by_name[name].get("parameters") or {"type": "object"}},
-              "required": ["name", "arguments"]} for name in chosen]
-    call = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    return {"type": "array", "items": call, "minItems": 1} if parallel else call
