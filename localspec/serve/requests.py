@@ -42,7 +42,7 @@ class SamplingFields(Lenient):
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: StrictBool = False
-    response_format: Any = None  # OpenAI's; checked by serve/response_format.py, which says what is wrong
+    response_format: Any = None  # OpenAI's; checked by session/structured_output.py, which says what is wrong
     json_schema: Any = None  # llama-server's
     grammar: Any = None  # llama-server's GBNF
 
