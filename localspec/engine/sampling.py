@@ -80,7 +80,8 @@ class Draws:
         """A token drawn from `dist` for answer position `position`: keyed by it, or the stream's next."""
         if not self.keyed:
             return dist.sample(self.rng)
-        return int(dist.ids[np.argmax(np.log(dist.probs) + self.noise(position, dist.ids))])
+        with np.errstate(divide="ignore"):  # a candidate a grammar forbids has p = 0: log -inf, never chosen
+            return int(dist.ids[np.argmax(np.log(dist.probs) + self.noise(position, dist.ids))])
 
     def noise(self, position: int, ids: np.ndarray) -> np.ndarray:
         """Standard Gumbel noise for tokens `ids` at answer position `position`, from the seed alone: splitmix64 keyed
