@@ -33,7 +33,7 @@ from localspec.engine.grammar import Grammar, GrammarText, gbnf_grammar, json_gr
 from localspec.engine.llama.model import Model
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.sampling import SamplingParams, distribution
-from localspec.serve.tool_calls import forced_call_schema
+from localspec.session.structured_output import forced_call_schema
 from tests.conftest import Run, run
 from tests.goodness_of_fit import fit_p_value
 from tests.live_server import LiveServer, live_server
