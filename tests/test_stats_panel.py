@@ -82,7 +82,9 @@ def test_a_grammars_forced_text_is_a_source_of_its_own_in_the_panel(tiny):
             for event in answer.events:
                 live.observe(event)
             stats = answer.finished.stats
-            assert json.loads(answer.text) and stats.forced_n_accepted > 0 and stats.draft_n > stats.forced_n, drafter
+            assert json.loads(answer.text) and stats.forced_n_accepted > 0, drafter
+            if drafter == "model":  # it drafts its own tokens after the forced text; auto may price them out on this machine
+                assert stats.draft_n > stats.forced_n
             snapshot = live.snapshot(stats, len(prompt) + stats.predicted_n)
             assert snapshot.plain_tokens_per_second == pytest.approx(1000 / (updated_plain_ms(2.0, stats) + stats.grammar_ms_per_row))
             lines = render_snapshot(snapshot).plain.splitlines()
@@ -90,9 +92,10 @@ def test_a_grammars_forced_text_is_a_source_of_its_own_in_the_panel(tiny):
             assert f"grammar   {stats.forced_n_accepted} tok forced" in lines
             assert f"          mask {stats.grammar_ms_per_row:.2f} ms/row" in lines
             by_source = lines.index(next(line for line in lines if line.startswith("by source")))
-            kept = stats.acceptance_by_source
-            assert lines[by_source : by_source + 2] == [f"by source {100 * kept['grammar']:3.0f}% grammar",
-                                                        f"          {100 * kept[drafter]:3.0f}% {drafter}"], lines
+            kept = stats.acceptance_by_source  # the grammar's, then the drafter's own where it drafted any
+            assert list(kept)[0] == "grammar" and (drafter in kept) == (stats.draft_n > stats.forced_n)
+            assert lines[by_source : by_source + len(kept)] == [f"{'by source' if i == 0 else '':<10}{100 * rate:3.0f}% {source}"
+                                                                for i, (source, rate) in enumerate(kept.items())], lines
             if drafter == "auto":  # auto's table holds its own choices: the grammar has its own lines
                 header = next(i for i, line in enumerate(lines) if line.startswith("auto chose"))
                 table = lines[header + 1 : lines.index(f"grammar   {stats.forced_n_accepted} tok forced")]
