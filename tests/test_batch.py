@@ -70,7 +70,7 @@ def test_one_target_pass_per_step_for_every_slot(tiny):
         jobs = [(prompt, GenerationConfig(max_tokens=30, draft_max=3), engine.drafter("model")) for prompt in prompts(engine)[:4]]
         calls = []
         original = engine.target.decode_sequences
-        engine.target.decode_sequences = lambda entries: calls.append({seq for _, _, seq, _ in entries}) or original(entries)
+        engine.target.decode_sequences = lambda entries, *fork: calls.append({seq for _, _, seq, _ in entries}) or original(entries, *fork)
         run_batch(scheduler, jobs)
         assert max(len(seqs) for seqs in calls) == 4  # all four slots' tokens rode in one pass
         draft_calls = []

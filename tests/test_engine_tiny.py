@@ -11,7 +11,8 @@ import pytest
 
 from localspec.engine import prompt_passes
 from localspec.engine.chat import Message, chat_prompt_tokens, raw_prompt_tokens
-from localspec.engine.drafters.base import Ask
+from localspec.engine.drafters.base import Ask, PromptRead
+from localspec.engine.drafters.registry import Part
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import PromptTooLongError
 from localspec.engine.events import Finished, StopReason, TokenSource
@@ -255,13 +256,13 @@ def test_vetting_after_more_than_a_batch_of_pending_tokens_keeps_its_rows_aligne
         prompt = raw_prompt_tokens(wide, "hello there")
         reference = ModelDrafter(wide)
         reference.begin(0, prompt)
-        reference.read(0, len(prompt))  # as the target reads the prompt
+        reference.observe(PromptRead(0, len(prompt)))  # as the target reads the prompt
         reference.accept(0, settled_later)
         proposal = reference.propose([Ask(0, 5, 0.0)])[0].tokens  # what the draft itself would say
         assert len(proposal) == 5
         vetting = ModelDrafter(narrow)
         vetting.begin(0, prompt)
-        vetting.read(0, len(prompt))
+        vetting.observe(PromptRead(0, len(prompt)))
         vetting.accept(0, settled_later)
         assert vetting.pending_tokens(0) + len(proposal) - 1 == 17 and narrow.n_batch == 8
         assert vetting.agreed_prefixes([(0, proposal)]) == [len(proposal)]
@@ -288,9 +289,9 @@ def test_a_tree_near_a_full_context_ends_cleanly(tiny):
 def test_the_self_draft_stays_off_the_gpu_unless_a_plan_counted_it(tiny, tmp_path):
     """Loaded with the draft's layer count (None: every layer on the GPU), it took GPU memory no plan had seen."""
     with Engine(EngineConfig(tiny["target"], tiny["near"], self_draft_dir=tmp_path)) as engine:
-        assert engine.self_draft().config.n_gpu_layers == 0
+        assert engine.part(Part.SELF_DRAFT).config.n_gpu_layers == 0
     with Engine(EngineConfig(tiny["target"], None, self_draft_dir=tmp_path, self_draft_gpu_layers=3)) as engine:
-        assert engine.self_draft().config.n_gpu_layers == 3
+        assert engine.part(Part.SELF_DRAFT).config.n_gpu_layers == 3
 
 
 def test_the_llama_cpp_log_is_rotated_before_it_grows_without_bound(tiny, tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ import pytest
 
 from localspec import paths
 from localspec.engine.chat import raw_prompt_tokens
+from localspec.engine.drafters.registry import Part
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.memory import CHECKPOINTS, RECURRENT_SNAPSHOTS, MemoryKind
@@ -87,7 +88,7 @@ def test_four_slots_on_a_target_of_each_family_each_write_their_own_answer(archs
 
 def test_a_hybrid_draft_model_that_cannot_drop_its_speculation_reads_again(archs):
     with Engine(EngineConfig(archs["qwen35"], archs["nemotron_h"], n_ctx=1024)) as engine:
-        assert engine.draft_model().memory is MemoryKind.SNAPSHOTS  # but it drafts a token a pass: nothing to roll back to
+        assert engine.part(Part.TARGET_TOKENIZER).memory is MemoryKind.SNAPSHOTS  # but it drafts a token a pass: nothing to roll back to
         prompt = raw_prompt_tokens(engine.target, PROMPTS[1])
         plain = run(engine.plain, prompt, CONFIG)
         speculative = run(engine.decoder("model"), prompt, CONFIG)

@@ -229,7 +229,7 @@ def test_the_grammar_fixes_much_of_these_answers(engine, plain, case):
     assert forced_share(engine.target.grammar(case.grammar()), plain(case).tokens) > 0.3
 
 
-CONSTRAINED = [name for name, row in registry.DRAFTERS.items() if row.drafts and row.constrained]
+CONSTRAINED = [name for name, row in registry.DRAFTERS.items() if row.drafts and registry.Supports.GRAMMAR in row.supports]
 # Those the pair runs (it has no MTP layers, no EAGLE-3 head); bridged drafts through text, here of the target's own tokenizer.
 ON_THE_PAIR = ("model", "ngram", "hybrid", "hierarchical", "self", "bridged", "auto")
 

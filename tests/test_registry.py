@@ -10,7 +10,7 @@ import pytest
 
 from localspec.bench.runner import BENCH_DRAFTERS, parse_drafters
 from localspec.cli.main import build_parser
-from localspec.engine.drafters.registry import DEFAULT, DRAFTERS, PairParts, spec
+from localspec.engine.drafters.registry import DEFAULT, DRAFTERS, PairParts, Part, Supports, spec
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
 from localspec.errors import UsageError
@@ -38,15 +38,16 @@ def test_the_settings_accept_every_registered_drafter_and_no_other():
 
 
 def test_the_bench_sweeps_every_fixed_drafter():
-    assert set(BENCH_DRAFTERS) == {name for name, row in DRAFTERS.items() if row.drafts and not row.chooses_k} == set(DRAFTERS) - {"auto", "none"}
-    without_draft = parse_drafters(None, PairParts(draft_model=False))
-    assert without_draft == [name for name in BENCH_DRAFTERS if not PairParts(draft_model=False).lacks(DRAFTERS[name])]
+    fixed = {name for name, row in DRAFTERS.items() if row.drafts and Supports.CHOOSES_K not in row.supports}
+    assert set(BENCH_DRAFTERS) == fixed == set(DRAFTERS) - {"auto", "none"}
+    without_draft = parse_drafters(None, PairParts.of())
+    assert without_draft == [name for name in BENCH_DRAFTERS if not PairParts.of().lacks(DRAFTERS[name])]
     assert "model" not in without_draft and "mtp" not in without_draft and "eagle3" not in without_draft
     with pytest.raises(UsageError, match="tree needs a draft model"):
-        parse_drafters("ngram,tree", PairParts(draft_model=False))
+        parse_drafters("ngram,tree", PairParts.of())
     with pytest.raises(UsageError, match="mtp needs a target with MTP layers"):
-        parse_drafters("mtp", PairParts(draft_model=True))
-    assert "mtp" in parse_drafters(None, PairParts(draft_model=False, mtp_layers=True))
+        parse_drafters("mtp", PairParts.of(Part.DRAFT_MODEL, Part.TARGET_TOKENIZER))
+    assert "mtp" in parse_drafters(None, PairParts.of(Part.MTP_LAYERS))
 
 
 def test_the_readme_lists_the_registry_in_order():
@@ -63,17 +64,17 @@ def test_unknown_names_are_a_clear_error():
 def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where_it_says(tiny, tmp_path):
     with Engine(EngineConfig(tiny["target"], tiny["same"], self_draft_dir=tmp_path)) as paired:
         for name, row in DRAFTERS.items():
-            if not row.mtp_layers and not row.eagle3_head:  # tests/test_mtp.py and test_eagle3.py build those
+            if not row.requires & {Part.MTP_LAYERS, Part.EAGLE3_HEAD}:  # tests/test_mtp.py and test_eagle3.py build those
                 assert paired.decoder(name).drafter.name == name
     with Engine(EngineConfig(tiny["target"], None, self_draft_dir=tmp_path)) as alone:
         for name, row in DRAFTERS.items():
             if row.needs_draft_model:
                 with pytest.raises(EngineError, match="need a draft model"):
                     alone.decoder(name)
-            elif row.mtp_layers:  # the tiny target keeps none (tests/test_mtp.py builds one that does)
+            elif Part.MTP_LAYERS in row.requires:  # the tiny target keeps none (tests/test_mtp.py builds one that does)
                 with pytest.raises(EngineError, match="carries no MTP layers"):
                     alone.decoder(name)
-            elif row.eagle3_head:
+            elif Part.EAGLE3_HEAD in row.requires:
                 with pytest.raises(EngineError, match="needs an EAGLE-3 head"):
                     alone.decoder(name)
             else:
@@ -83,7 +84,7 @@ def test_each_row_builds_the_drafter_it_names_and_needs_a_draft_model_only_where
 def test_the_target_holds_a_second_sequence_only_once_the_tree_is_used(tiny):
     with Engine(EngineConfig(tiny["target"], tiny["same"])) as engine:
         for name, row in DRAFTERS.items():
-            if name != "tree" and name != "self" and not row.mtp_layers and not row.eagle3_head:
+            if name != "tree" and name != "self" and not row.requires & {Part.MTP_LAYERS, Part.EAGLE3_HEAD}:
                 engine.decoder(name)
         assert engine.target.n_seq == 1
         engine.decoder("tree")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from localspec.engine.decode import Decoder
-from localspec.engine.drafters.base import NoDrafter
+from localspec.engine.drafters.base import NoDrafter, Observation, TargetRow
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import cli, run
@@ -28,9 +28,9 @@ class FirstRow(NoDrafter):
     def __init__(self) -> None:
         self.rows: list[np.ndarray] = []
 
-    def observe_target(self, seq: int, row: np.ndarray) -> None:
-        if not self.rows:
-            self.rows.append(np.array(row))  # a copy: the logits buffer is llama.cpp's, and the next pass writes over it
+    def observe(self, seen: Observation) -> None:
+        if isinstance(seen, TargetRow) and not self.rows:
+            self.rows.append(np.array(seen.row))  # a copy: the logits buffer is llama.cpp's, and the next pass writes over it
 
 
 def first_row(engine: Engine, prompt: list[int]) -> np.ndarray:

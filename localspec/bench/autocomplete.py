@@ -33,6 +33,7 @@ from localspec.engine import defaults
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.base import NewSession
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookups
 from localspec.engine.engine import Engine, EngineConfig
@@ -135,7 +136,7 @@ def _complete(decoder: Decoder, prompt: list[int], config: GenerationConfig) -> 
 
 def _decoders(engine: Engine) -> dict[str, Decoder]:
     auto = engine.decoder(registry.ADAPTIVE)
-    costs = auto.drafter.costs
+    costs = auto.drafter.measured().costs
     assert costs is not None  # auto measures its costs
     # The one difference: lookup without a memory sees each request's own text only. One cost table, measured once.
     model = ModelDrafter(engine.draft, lazy_start=True) if engine.draft is not None else None
@@ -152,7 +153,7 @@ def replay(engine: Engine, requests: list[LineRequest], rounds: int, progress: B
         order = MODES[round_index % len(MODES) :] + MODES[: round_index % len(MODES)]
         for mode in order:
             engine.target.forget(0)  # each mode's session starts cold, as an editor's first request does...
-            decoders[mode].drafter.forget_requests()  # ...and remembers nothing of the last round's
+            decoders[mode].drafter.observe(NewSession())  # ...and remembers nothing of the last round's
             reported = 0
             for index, (request, prompt) in enumerate(zip(requests, prompts), 1):
                 text, tokens, accepted, first_ms, total_ms = _complete(decoders[mode], prompt, config)

@@ -12,6 +12,7 @@ from localspec.bench.ceiling import combined
 from localspec.bench.consistency import MARK, Doubts
 from localspec.bench.results import PLAIN, BenchResult, Measurement, Mode
 from localspec.engine.cost_model import StepCosts
+from localspec.engine.drafters import registry
 from localspec.engine.stats import GenerationStats
 
 
@@ -72,7 +73,7 @@ def _row(label: str, mode: Mode, stats: GenerationStats, plain: GenerationStats,
                 f"{stats.python_ms_per_step:6.2f} {_grammar_column(grammar_ms)}  {departs}")
     positions = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position[:6])
     predicted = None
-    if mode.fixed and mode.spec.chain:  # a chain of drafted tokens: what the cost model describes
+    if mode.fixed and registry.Supports.FORK not in mode.spec.supports:  # a chain of drafted tokens: what the cost model describes
         predicted = costs_from(plain, stats).predicted_speedup(stats.draft_reach_by_position, stats.acceptance_by_position)
     pred = f"{predicted:6.2f}" if predicted is not None else f"{'-':>6}"
     mark = doubts.speedup(f"{where}, {mode.label}", ratio(stats, plain), stats.tokens_per_step)
@@ -301,7 +302,8 @@ def _print_verification(result: BenchResult) -> None:
     for k in result.ks:
         parts = []
         for rule, name in _RULES:
-            s = total(m for m in result.measurements if m.mode.spec.sample_match and m.mode.k == k and m.mode.verification == rule)
+            s = total(m for m in result.measurements
+                      if registry.Supports.SAMPLE_MATCH in m.mode.spec.supports and m.mode.k == k and m.mode.verification == rule)
             if s.draft_n:
                 parts.append(f"{name} {s.draft_n_accepted} of {s.draft_n} ({100 * s.acceptance_rate:5.1f}%, "
                              f"{s.draft_n_accepted / s.predicted_n:.2f} per token emitted, {s.tokens_per_step:.2f} tok/pass)")

@@ -63,7 +63,7 @@ class Mode:
     @property
     def adaptive(self) -> bool:
         """auto: it picks K each step, this mode's K only its cap."""
-        return self.spec.chooses_k
+        return registry.Supports.CHOOSES_K in self.spec.supports
 
     @property
     def label(self) -> str:
@@ -138,7 +138,7 @@ class BenchResult:
 
     def modes_for(self, prompt: BenchPrompt) -> list[Mode]:
         """The modes `prompt` runs in: under a grammar, those whose drafter can draft under one (registry: constrained)."""
-        return [mode for mode in self.modes if prompt.grammar is None or mode.spec.constrained]
+        return [mode for mode in self.modes if prompt.grammar is None or registry.Supports.GRAMMAR in mode.spec.supports]
 
     def reference_drafters(self) -> list[tuple[str, str]]:
         """The drafters benched here that llama.cpp drafts as well, each with its `--spec-type`, in the modes' order."""

@@ -30,6 +30,7 @@ from localspec.engine import defaults
 from localspec.engine.chat import Message, chat_prompt_tokens, message_dicts, render_chat, supports_tools
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
+from localspec.engine.drafters.base import NewSession
 from localspec.engine.drafters.self_draft import self_draft_path
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import EngineError
@@ -125,7 +126,7 @@ def parse_drafters(text: str | None, parts: registry.PairParts) -> list[str]:
     (drafting through text only where the draft's tokenizer needs it)."""
     if text is None:
         return [d for d in BENCH_DRAFTERS if not parts.lacks(registry.DRAFTERS[d])
-                and not (registry.DRAFTERS[d].any_vocab and parts.same_tokenizer)]
+                and not (registry.DRAFTERS[d].through_text and registry.Part.TARGET_TOKENIZER in parts.offers)]
     names = [part.strip() for part in text.split(",") if part.strip()]
     if names == [NO_FIXED_DRAFTER]:
         return []
@@ -148,7 +149,7 @@ def _pair_parts(config: EngineConfig) -> registry.PairParts:
     draft = read_local_header(config.draft) if config.draft is not None else None
     eagle3 = draft is not None and draft.architecture == EAGLE3_ARCHITECTURE
     same_tokenizer = draft is None or eagle3 or not tokenizer_difference(target, draft)
-    return registry.PairParts(draft is not None and not eagle3, bool(target.arch_value("nextn_predict_layers")), eagle3, same_tokenizer)
+    return registry.PairParts.offered(draft is not None and not eagle3, same_tokenizer, bool(target.arch_value("nextn_predict_layers")), eagle3)
 
 
 def parse_ks(text: str) -> list[int]:
@@ -166,7 +167,8 @@ def bench_modes(drafters: list[str], ks: list[int], temperature: float, auto_max
     and sample-and-match for the drafters that sample."""
     modes = [PLAIN, *(Mode(d, k) for d in drafters for k in ks), Mode(registry.ADAPTIVE, auto_max or defaults.AUTO_DRAFT_MAX)]
     if temperature > 0:
-        modes += [Mode(d, k, rule) for rule in ("keyed", "sample-match") for d in drafters if registry.spec(d).sample_match for k in ks]
+        matching = [d for d in drafters if registry.Supports.SAMPLE_MATCH in registry.spec(d).supports]
+        modes += [Mode(d, k, rule) for rule in ("keyed", "sample-match") for d in matching for k in ks]
     return modes
 
 
@@ -222,7 +224,7 @@ def run_bench(args: argparse.Namespace, engine_config: EngineConfig, pair: Pair 
             result.keep_finished_prompts()
             progress.stage(f"interrupted (Ctrl-C): the report below holds the {len(result.measurements)} measurements of the "
                            "prompts that finished")
-        costs = engine.decoder(registry.ADAPTIVE).drafter.costs
+        costs = engine.decoder(registry.ADAPTIVE).drafter.measured().costs
         if costs is not None:
             result.verify_ms = dict(sorted(costs.target.ms.items()))
             result.verify_passes = dict(sorted(costs.target.observations.items()))
@@ -243,7 +245,7 @@ def _note_unconstrained_drafters(result: BenchResult, progress: BenchProgress) -
     held = [p.id for p in result.prompts if p.grammar is not None]
     if not held:
         return
-    for drafter in dict.fromkeys(mode.drafter for mode in result.modes if not mode.spec.constrained):
+    for drafter in dict.fromkeys(mode.drafter for mode in result.modes if registry.Supports.GRAMMAR not in mode.spec.supports):
         _note(result, progress, f"{drafter} cannot draft under a grammar, so it skips {', '.join(held)}")
 
 
@@ -283,7 +285,7 @@ def _bench_prompt(
                                   verification=mode.verification, record_margins=args.margins,  # type: ignore[arg-type]
                                   conversation=tuple(message_dicts(prompt.messages)), grammar=grammar)
         decoder = _decoder(engine, lockstep, mode, round_index)
-        decoder.drafter.forget_requests()  # each prompt is a session of its own: a round's repeat is not drafted from memory
+        decoder.drafter.observe(NewSession())  # each prompt is a session of its own: a round's repeat is not drafted from memory
         planned.append((decoder, tokens, config))
     recorded = record_in_lockstep(planned) if lockstep is not None else [record(run) for run in planned]
     runs: dict[Mode, Measurement] = {}
@@ -294,7 +296,7 @@ def _bench_prompt(
         if sampling.greedy:
             m.departs_at = next((i for i, (a, b) in enumerate(zip(runs[PLAIN].tokens, m.tokens)) if a != b), None)
         result.measurements.append(m)
-    costs = engine.decoder(registry.ADAPTIVE).drafter.costs
+    costs = engine.decoder(registry.ADAPTIVE).drafter.measured().costs
     if sampling.greedy and prompt.id not in result.ceilings and costs is not None:
         auto_cap = max(mode.k for mode in modes if mode.adaptive)
         result.ceilings[prompt.id] = lookup_ceiling(tokens, runs[PLAIN].tokens, costs.verify, auto_cap)
@@ -302,7 +304,7 @@ def _bench_prompt(
         text = render_chat(engine.target, prompt.messages, prompt.tool_request.offered)
         for drafter, spec_type in result.reference_drafters():
             row = registry.spec(drafter)
-            draft = args.draft if row.needs_draft_model or row.eagle3_head else None  # MTP layers live in the target's file
+            draft = args.draft if row.needs_draft_model or registry.Part.EAGLE3_HEAD in row.requires else None  # MTP layers live in the target's file
             for k in result.ks:
                 for p_min in reference_p_mins:
                     run = _reference_step(result, partial(reference.speculative_simple, args.llama_cpp_bin, args.target, draft, spec_type,
@@ -318,7 +320,7 @@ def _decoder(engine: Engine, lockstep: LockstepContexts | None, mode: Mode, roun
 
 def _say_self_draft(progress: BenchProgress, config: EngineConfig, drafters: list[str]) -> None:
     """The self drafter writes a draft the size of a quarter of the target into the cache: say so before it does."""
-    if not any(registry.spec(d).self_draft for d in drafters) or config.self_draft_dir is None:
+    if not any(registry.Part.SELF_DRAFT in registry.spec(d).requires for d in drafters) or config.self_draft_dir is None:
         return
     path = self_draft_path(config.target, config.self_draft_layers, config.self_draft_dir, config.self_draft_floor)
     if not path.exists():

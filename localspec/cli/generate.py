@@ -117,7 +117,7 @@ def _summary(stats: GenerationStats, plain_ms: float) -> str:
 def _drafter_named(stats: GenerationStats) -> str:
     if not registry.spec(stats.drafter).drafts or stats.draft_max == 0:
         return "no drafter (plain decoding)"
-    if registry.spec(stats.drafter).chooses_k:
+    if registry.Supports.CHOOSES_K in registry.spec(stats.drafter).supports:
         return f"{stats.drafter}, K up to {stats.draft_max}"
     return f"{stats.drafter} K={stats.draft_max}"
 

@@ -39,7 +39,7 @@ def _runs_self_draft(args: argparse.Namespace) -> bool:
         named = [part.strip() for part in args.drafters.split(",")] if args.drafters is not None else list(registry.FIXED)
     else:
         named = [getattr(args, "drafter", None) or registry.DEFAULT]
-    return any(name in registry.DRAFTERS and registry.DRAFTERS[name].self_draft for name in named)
+    return any(name in registry.DRAFTERS and registry.Part.SELF_DRAFT in registry.DRAFTERS[name].requires for name in named)
 
 
 def memory_plan_from_args(args: argparse.Namespace, with_draft: bool = True) -> MemoryPlan:

@@ -12,13 +12,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 from localspec.engine import defaults
 from localspec.engine.batch.scheduler import BatchScheduler
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters import registry
 from localspec.engine.drafters.auto import cost_cache
-from localspec.engine.drafters.base import Drafter
+from localspec.engine.drafters.base import Drafter, DraftSetting
 from localspec.engine.drafters.self_draft import cached_self_draft
 from localspec.engine.errors import DrafterChoiceError, EngineError, LoadCancelled
 from localspec.engine.llama.eagle3_head import Eagle3File
@@ -99,9 +100,13 @@ class Engine:
         return mtp_layers(self.target)
 
     @property
+    def offers(self) -> frozenset[registry.Part]:
+        """What this pair offers the drafters beside its target (registry.Part): which of them can run on it."""
+        return self.parts.offers
+
+    @property
     def parts(self) -> registry.PairParts:
-        """What this pair offers the drafters: which of them can run on it."""
-        return registry.PairParts(self.draft is not None, self.mtp_layers > 0, self.eagle3 is not None, not self.tokenizers_differ)
+        return registry.PairParts.offered(self.draft is not None, not self.tokenizers_differ, self.mtp_layers > 0, self.eagle3 is not None)
 
     @property
     def speculative(self) -> Decoder:
@@ -131,9 +136,6 @@ class Engine:
                 self._building_stage = lambda _stage: None
         return self._decoders[drafter]
 
-    def report(self, stage: str) -> None:
-        self._building_stage(stage)
-
     def batch(self, n_slots: int, costs: CostTable | None = None) -> BatchScheduler:
         """Several generations at once (a server's slots) on this pair. The caches reopen with a sequence per slot,
         empty, and the batch costs are timed (unless given): the drafters are made anew for the slots, and the
@@ -153,26 +155,44 @@ class Engine:
         return BatchScheduler.alone(self.target)
 
     @property
-    def cost_cache_dir(self) -> Path | None:
-        return self.config.cost_cache_dir
+    def setting(self) -> DraftSetting:
+        return DraftSetting(self.batch_costs, self.config.cost_cache_dir, self._building_stage)
 
     def known_plain_ms(self) -> float | None:
         """The target's one-token pass as this pair measured it on this machine before (auto's cost cache), or None
         where it never ran here: the plain baseline a later load takes instead of timing plain decoding again."""
-        if self.cost_cache_dir is None:
+        if self.config.cost_cache_dir is None:
             return None
-        table = cost_cache.load(cost_cache.cache_file(self.cost_cache_dir, self.target, self.draft))
+        table = cost_cache.load(cost_cache.cache_file(self.config.cost_cache_dir, self.target, self.draft))
         return table.target.ms.get(1) if table is not None else None
 
-    def draft_model(self) -> Model:
+    @overload
+    def part(self, part: Literal[registry.Part.EAGLE3_HEAD]) -> Eagle3File: ...
+
+    @overload
+    def part(self, part: Literal[registry.Part.DRAFT_MODEL, registry.Part.TARGET_TOKENIZER, registry.Part.SELF_DRAFT,
+                                 registry.Part.MTP_LAYERS]) -> Model: ...
+
+    def part(self, part: registry.Part) -> Model | Eagle3File:
+        """The part a drafter requires, by name (DraftSources.part); a clear error where the pair lacks it."""
+        Part = registry.Part
+        if part is Part.EAGLE3_HEAD:
+            return self._eagle3_head()
+        if part is Part.SELF_DRAFT:
+            return self._cut_self_draft()
+        if part is Part.MTP_LAYERS:  # the head says where the target keeps none (mtp_head.py)
+            return self.target
+        return self._draft_model() if part is Part.TARGET_TOKENIZER else self._any_draft()
+
+    def _draft_model(self) -> Model:
         if self.tokenizers_differ:
             assert self.draft is not None
             raise DrafterChoiceError(f"{self.draft.path.name} has another tokenizer than the target ({self.tokenizers_differ}), so its "
                               f"tokens cannot be verified as they are: run it with --drafter {' or '.join(registry.THROUGH_TEXT)}, which "
                               "drafts through text, or auto.")
-        return self.bridged_draft()
+        return self._any_draft()
 
-    def bridged_draft(self) -> Model:
+    def _any_draft(self) -> Model:
         """The draft model, whatever its tokenizer (a drafter that drafts through text)."""
         if self.draft is None:
             needing = [d.name for d in registry.DRAFTERS.values() if d.needs_draft_model]
@@ -183,13 +203,13 @@ class Engine:
                               f"or pick one that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
         return self.draft
 
-    def eagle3_head(self) -> Eagle3File:
+    def _eagle3_head(self) -> Eagle3File:
         if self.eagle3 is None:
             raise DrafterChoiceError("The eagle3 drafter needs an EAGLE-3 head made for the target: give it as --draft (a GGUF whose "
                               "architecture is eagle3), or pick another drafter.")
         return self.eagle3
 
-    def self_draft(self) -> Model:
+    def _cut_self_draft(self) -> Model:
         """The target's first blocks, cut once into the cache directory and loaded on first use."""
         if self._self_draft is None:
             if self.config.self_draft_dir is None:

@@ -32,7 +32,8 @@ class GenerationStats:
     t_draft_ms: float = 0.0
     t_verify_ms: float = 0.0
     t_llama_ms: float = 0.0  # inside llama_decode, every model the generation used: the rest is Python
-    t_bridge_ms: float = 0.0  # translating a draft of another tokenizer, both ways (part of the Python; one slot's)
+    # a drafter's own measured work by name (part of the Python: a bridge's translation between tokenizers, both ways)
+    drafter_ms: dict[str, float] = field(default_factory=dict)
     # target verify passes by batch size: {n_tokens: [count, total_ms]}, for cost models
     verify_ms_by_batch: dict[int, list[float]] = field(default_factory=dict)
     # the auto controller's choices: {"ngram K=6": steps, ...}, the tokens those steps emitted, and the tokens per step it
@@ -115,7 +116,7 @@ class GenerationStats:
         total = cls()
         for s in runs:
             for name in ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms", "n_steps", "draft_n", "draft_n_accepted",
-                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "t_bridge_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted",
+                         "t_draft_ms", "t_verify_ms", "t_llama_ms", "predicted_tokens_total", "n_forks", "n_fork_accepted",
                          "forced_n", "forced_n_accepted", "t_grammar_ms", "grammar_rows"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total._reach_position(len(s.draft_n_per_pos))
@@ -132,6 +133,8 @@ class GenerationStats:
                 total.tokens_by_decision[label] = total.tokens_by_decision.get(label, 0) + tokens
             for label, ms in s.draft_ms_by_decision.items():
                 total.draft_ms_by_decision[label] = total.draft_ms_by_decision.get(label, 0.0) + ms
+            for name, ms in s.drafter_ms.items():
+                total.drafter_ms[name] = total.drafter_ms.get(name, 0.0) + ms
         return total
 
     @property

@@ -64,7 +64,7 @@ def load_pair(pair: Pair, target: Path, draft: Path | None, settings: Settings,
     """Plan the memory, load both models, check the pair, and time the target's plain step (the speedup's baseline)."""
     on_stage("planning memory")
     plan = plan_pair_on_devices(target, draft, settings.n_ctx, settings.target_gpu_layers, settings.draft_gpu_layers,
-                                settings.rpc_servers, with_self_draft=registry.spec(settings.drafter).self_draft,
+                                settings.rpc_servers, with_self_draft=registry.Part.SELF_DRAFT in registry.spec(settings.drafter).requires,
                                 self_draft_layers=settings.self_draft_layers)
     config = EngineConfig(target, draft, settings.n_ctx, plan.target.gpu_layers, plan.draft_gpu_layers, settings.threads,
                           self_draft_dir=paths.self_draft_dir(), self_draft_layers=settings.self_draft_layers,

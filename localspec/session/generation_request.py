@@ -78,7 +78,7 @@ def resolve(asked: Asked, *, parts: registry.PairParts, context: int, pair: Pair
         raise UsageError(f"{names['draft_max']} must be from 0 to {defaults.DRAFT_MAX_LIMIT}, not {draft_max}.")
     if draft_max == 0 or not registry.DRAFTERS[drafter].drafts:
         drafter, draft_max = registry.PLAIN, 0
-    if registry.DRAFTERS[drafter].needs_draft_model and not parts.draft_model:
+    if registry.DRAFTERS[drafter].needs_draft_model and registry.Part.DRAFT_MODEL not in parts.offers:
         raise UsageError(f"{names['drafter']} {drafter} needs a draft model, and none is loaded: load a pair with a draft, "
                          f"or pick a drafter that needs none ({', '.join(registry.NO_DRAFT_MODEL)}).")
     if problem := parts.problem(drafter):
@@ -108,14 +108,14 @@ def resolve(asked: Asked, *, parts: registry.PairParts, context: int, pair: Pair
 def refuse_unconstrained(drafter: str, names: Mapping[str, str] = CLI_NAMES) -> None:
     """A UsageError where the drafter cannot draft under a grammar or penalties (a door that makes the grammar only after
     the load asks this before it)."""
-    if not registry.DRAFTERS[drafter].constrained:
+    if registry.Supports.GRAMMAR not in registry.DRAFTERS[drafter].supports:
         raise UsageError(f"The {drafter} drafter cannot draft under {names['grammar']}: pick another drafter.")
 
 
 def draft_max_for(drafter: str, recommended: int | None) -> int:
     """The K to use when the user set none: a drafter that picks K itself gets the safety cap, else the pair's
     recommendation, else llama.cpp's default."""
-    if registry.spec(drafter).chooses_k:
+    if registry.Supports.CHOOSES_K in registry.spec(drafter).supports:
         return defaults.AUTO_DRAFT_MAX
     return recommended if recommended is not None else defaults.DRAFT_MAX
 

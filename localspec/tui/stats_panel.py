@@ -101,7 +101,7 @@ def render_summary(s: StatsSnapshot, width: int) -> Text:
 def _drafter_named(s: StatsSnapshot) -> str:
     if not registry.spec(s.drafter).drafts or s.draft_max == 0:
         return "none (plain)"
-    return f"{s.drafter} · K≤{s.draft_max}" if registry.spec(s.drafter).chooses_k else f"{s.drafter} · K={s.draft_max}"
+    return f"{s.drafter} · K≤{s.draft_max}" if registry.Supports.CHOOSES_K in registry.spec(s.drafter).supports else f"{s.drafter} · K={s.draft_max}"
 
 
 def _auto_choices(text: Text, s: StatsSnapshot) -> None:

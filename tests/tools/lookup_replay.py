@@ -27,7 +27,7 @@ from localspec.bench.runner import load_prompts
 from localspec.engine.chat import chat_prompt_tokens
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.base import Ask
+from localspec.engine.drafters.base import Ask, NewSession
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.pass_costs import CostTable
 from tests.tools.confidence_table import best_and_probability
@@ -64,7 +64,7 @@ def replay(auto: AutoDrafter, prompt: Sequence[int], answer: Sequence[int], sure
     """Auto's steps over `answer` at its cost table: the ratio to plain decoding, and each step as match:K/accepted.
     `sure` is the target's probability of its own best token at each answer position, which auto hears as the decode
     loop tells it: the prompt's row gives the first token (no step), each step's first verify row the next."""
-    auto.forget_requests()
+    auto.observe(NewSession())
     auto.begin(0, prompt)
     auto.accept(0, answer[:1])
     auto.confidence.observe_probability(sure[0])

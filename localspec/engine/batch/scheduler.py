@@ -8,9 +8,9 @@ leaves, a chunk of each new prompt; each slot is verified and rolled back on
 its own sequence, and its drafter hears what it settled. A request that arrives
 joins at the next step, and its prompt never stalls the others for more than a
 step. The pass that reads a prompt's last token judges its first answer token:
-it waits for no draft. One step body serves one slot or many; a lone slot
-(every Decoder's) may also verify a tree's two branches in one pass, its fork
-on the target's second sequence, which no other slot then holds.
+it waits for no draft. One step body serves one slot or many, and bills each
+pass's llama time to the slots generating in it; a tree's fork takes the
+sequence past the slots' (llama/model.py lays it out), where the target holds one.
 
 Each slot may use 1/N of the context (n_ctx over the slots), so no slot can take
 the cells another needs; a finished slot keeps its cells as a prompt cache (a
@@ -32,10 +32,11 @@ from localspec.engine.batch import prompt_cache
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.drafters import registry
-from localspec.engine.drafters.base import Ask, Decoding, Draft, Drafter
+from localspec.engine.drafters.base import Ask, Decoding, Draft, Drafter, PromptRead, StepCost, TargetPass, TargetRow
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import StopReason, TokenEvent
-from localspec.engine.llama.model import Model
+from localspec.engine.llama.entry import Entry
+from localspec.engine.llama.model import Model, TreeFork
 from localspec.engine.pass_costs import CostTable, calibrate
 from localspec.engine.sampling import Draws
 from localspec.engine.stats import GenerationStats
@@ -63,10 +64,19 @@ class BatchScheduler:
         if not keep_cache:
             target.clear_cache()
         self.target = target
-        self.costs = costs or (calibrate(target, None, BATCH_CALIBRATION_SIZES) if n_slots > 1 else CostTable())
+        self._costs = costs
         self.slots = [Slot(seq, target) for seq in range(n_slots)]
+        self.fork_seq = n_slots  # the sequence a tree's second branch takes, where the target holds one past the slots
         self.share = target.n_ctx // n_slots  # each slot's part of the context
         self._arrivals = 0
+
+    @property
+    def costs(self) -> CostTable:
+        """The target's pass costs at batch sizes, which size a prompt's chunks beside slots generating: timed when first
+        needed where not given (a lone slot never reads a prompt beside an answer, so it never waits for them)."""
+        if self._costs is None:
+            self._costs = calibrate(self.target, None, BATCH_CALIBRATION_SIZES)
+        return self._costs
 
     @classmethod
     def alone(cls, target: Model) -> BatchScheduler:
@@ -87,22 +97,17 @@ class BatchScheduler:
         """A prompt must leave its slot room for an answer: refused before it takes a slot."""
         if not prompt:
             raise ValueError("the prompt must hold at least one token")
-        if len(prompt) >= self.share and len(self.slots) == 1:
-            raise PromptTooLongError(f"The prompt is {len(prompt)} tokens but the context holds {self.share}, leaving no room for an "
-                                     "answer. Shorten the prompt or raise the context size.")
         if len(prompt) >= self.share:
-            n = len(self.slots)
-            raise PromptTooLongError(
-                f"The prompt is {len(prompt)} tokens but a slot holds {self.share} (the {self.target.n_ctx}-token context "
-                f"shared by {n} slots), leaving no room for an answer. Shorten the prompt, or give each slot a larger context."
-            )
+            raise PromptTooLongError(f"The prompt is {len(prompt)} tokens but the context holds {self.share} for it (a slot holds "
+                                     f"{self.share} of its {self.target.n_ctx} tokens), leaving no room for an answer. Shorten the "
+                                     "prompt or raise the context size.")
 
     def add(self, request: SlotRequest) -> Slot:
         """Take a free slot (prompt_cache.slot_for) and start the request there; it joins the batch at the next step."""
         prompt = list(request.prompt)
         self.check_fits(prompt)
         request.config.sampling.validate()
-        if len(self.slots) > 1:
+        if len(self.slots) > 1:  # a drafter without Supports.SLOTS holds a sequence past its slot's, which several slots leave none of
             registry.check_batchable(request.drafter.name)
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
@@ -114,8 +119,7 @@ class BatchScheduler:
         # The seed that writes this answer again: speculative sampling's random one does not (a given seed draws keyed).
         seed = None if config.sampling.greedy or not (draws.keyed or config.sampling.seed is not None) else draws.seed
         stats = GenerationStats(drafter=request.drafter.name, draft_max=config.draft_max, prompt_n=len(prompt), cache_n=keep, seed=seed)
-        request.drafter.converse(slot.seq, request.config.conversation)
-        request.drafter.begin(slot.seq, prompt)
+        request.drafter.begin(slot.seq, prompt, request.config.conversation)
         self._arrivals += 1
         slot.last_used = self._arrivals
         slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),
@@ -161,37 +165,30 @@ class BatchScheduler:
         if not generating and not reading:
             return
         step_start = time.perf_counter_ns()
-        shared = len(self.slots) > 1  # several slots bill each pass's llama time to its slots (one: over its answer)
-        models = self._models() if shared else []
+        models = self._models()
         ns_before = _decode_ns(models)
+        measured_before = {id(drafter): drafter.measured().ns for drafter in self._drafters(generating)}
 
         steps = self._drafts(generating)
         draft_end = time.perf_counter_ns()
-        entries: list[tuple[int, int, int, bool]] = []
+        entries: list[Entry] = []
+        fork: TreeFork | None = None
         for step in steps:
             step.pos0 = len(step.slot.cached)
-            if step.draft.fork is None:  # a tree's pass is decode_tree's to lay out
-                entries += [(token, step.pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
+            entries += [Entry(token, step.pos0 + i, step.slot.seq, True) for i, token in enumerate([step.slot.last, *step.draft.tokens])]
+            if step.draft.fork is not None:  # _fitted kept it: its branch goes on the fork's sequence
+                fork = TreeFork(step.slot.seq, self.fork_seq, step.pos0 + 1 + step.draft.fork.at, step.draft.fork.tokens)
         n_verify = sum(step.draft.n_tokens + 1 for step in steps)  # a fork's tokens too
         chunks = self._chunks(reading, n_verify, (draft_end - step_start) / 1e6 if steps else None)
         starts = [len(slot.cached) for slot, _ in chunks]
         for (slot, chunk), start in zip(chunks, starts):
             ends = start + len(chunk) == len(slot.job.prompt)  # the prompt's last token: its row judges the first
-            entries += [(token, start + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
-        fork = steps[0].draft.fork if steps else None
-        if fork is None:
-            rows = self.target.decode_sequences(entries)  # the cells' record (Model.cells) takes every token in
-            readers = [step.drafter for step in steps] + [slot.job.request.drafter for slot, _ in chunks]
-            for drafter in {id(drafter): drafter for drafter in readers}.values():
-                drafter.target_read(entries)
-        else:  # a lone slot's tree: both branches in one pass (_drafts kept the fork only there)
-            tokens = [steps[0].slot.last, *steps[0].draft.tokens]
-            rows = self.target.decode_tree(tokens[: fork.at + 1], tokens[fork.at + 1 :], fork.tokens)
+            entries += [Entry(token, start + i, slot.seq, ends and i == len(chunk) - 1) for i, token in enumerate(chunk)]
+        rows = self.target.decode_sequences(entries, fork)  # the cells' record (Model.cells) takes every token in
+        seen = TargetPass(entries)
+        for drafter in self._drafters([step.slot for step in steps] + [slot for slot, _ in chunks]):
+            drafter.observe(seen)
         target_end = time.perf_counter_ns()
-        if shared:
-            spent = _decode_ns(models) - ns_before  # the drafts' passes and this one, counted before a slot can finish
-            for step in steps:
-                step.slot.job.llama_ns += spent
 
         offset = 0
         settled = []
@@ -200,29 +197,44 @@ class BatchScheduler:
             settled.append((step.slot, self._settle(step, rows[offset : offset + n], (draft_end - step_start) / 1e6,
                                                     (target_end - draft_end) / 1e6)))
             offset += n
+        self._bill(steps, models, ns_before, measured_before)
         # A pass that verified drafts alone teaches the drafters that price steps what it cost; before any answer ends
         # (its events come last), since a drafter keeps what it learned when its answer ends.
         if steps and not chunks:
-            outside_ms = (time.perf_counter_ns() - step_start - (target_end - draft_end)) / 1e6
-            for drafter in {id(step.drafter): step.drafter for step in steps}.values():
-                drafter.observe_step(n_verify, (target_end - draft_end) / 1e6, outside_ms)
+            cost = StepCost(n_verify, (target_end - draft_end) / 1e6, (time.perf_counter_ns() - step_start - (target_end - draft_end)) / 1e6)
+            for drafter in self._drafters([step.slot for step in steps]):
+                drafter.observe(cost)
         for slot, (events, reason) in settled:
             self._emit(slot, events, reason)
         for (slot, chunk), start in zip(chunks, starts):
             if not steps and len(chunks) == 1 and slot.canonical == start and prompt_passes.is_canonical(start, start + len(chunk),
                                                                                                           len(slot.job.prompt)):
                 self.target.mark_read(slot.seq, start + len(chunk))
-            slot.job.request.drafter.read(slot.seq, len(slot.cached))  # a drafter's model reads along, in the prompt's time
+            slot.job.request.drafter.observe(PromptRead(slot.seq, len(slot.cached)))  # a drafter's model reads along, in the prompt's time
         now = time.perf_counter_ns()
         for slot, _ in chunks:
             if not slot.prefilling:
                 slot.job.stats.prompt_ms = (now - slot.job.started_ns) / 1e6
                 slot.job.generating_since_ns = now
-                if len(self.slots) == 1:
-                    slot.job.llama_ns = -_decode_ns(self._models())
-                    slot.job.bridge_ns = -slot.job.request.drafter.bridge_ns
                 self._first_token(slot, rows[offset : offset + 1])
                 offset += 1
+
+    @staticmethod
+    def _drafters(slots: Sequence[Slot]) -> list[Drafter]:
+        """The drafters these slots run, each once (one object may serve several slots)."""
+        return list({id(slot.job.request.drafter): slot.job.request.drafter for slot in slots}.values())
+
+    @staticmethod
+    def _bill(steps: Sequence[_Step], models: Sequence[Decoding], ns_before: int, measured_before: dict[int, dict[str, int]]) -> None:
+        """The step's llama time (every pass from its drafts to its drafters' accepts), and each drafter's own measured
+        work in it, go to every slot that generated in it: slots sharing a pass share its time, as a lone slot has it all."""
+        spent = _decode_ns(models) - ns_before
+        for step in steps:
+            job = step.slot.job
+            job.llama_ns += spent
+            before = measured_before.get(id(step.drafter), {})
+            for name, ns in step.drafter.measured().ns.items():
+                job.drafter_ns[name] = job.drafter_ns.get(name, 0) + ns - before.get(name, 0)
 
     def _drafts(self, generating: list[Slot]) -> list[_Step]:
         """Each slot's draft: the text its grammar forces, then what its drafter proposes from there, every drafter for all
@@ -244,10 +256,10 @@ class BatchScheduler:
         return [_Step(slot, slot.job.request.drafter, drafts[slot.seq]) for slot in generating]
 
     def _fitted(self, slot: Slot, draft: Draft) -> Draft:
-        """The draft without its tree's fork unless the fork may go in this step's pass: the slot is the scheduler's only
-        one, the target holds a second sequence of an attention cache, and the slot's cells have room for both branches.
+        """The draft without its tree's fork unless the fork may go in this step's pass: the target holds a sequence past
+        the slots' (the fork's) of an attention cache, and the slot's cells have room for both branches.
         Without it the main chain goes alone; the drafter drops the fork's speculation in accept()."""
-        if draft.fork is not None and not (len(self.slots) == 1 and self.target.n_seq > 1 and self.target.forks
+        if draft.fork is not None and not (self.target.n_seq > self.fork_seq and self.target.forks
                                            and draft.n_tokens <= self.share - len(slot.cached) - 1):
             draft.fork = None
         return draft
@@ -292,7 +304,7 @@ class BatchScheduler:
         if config.max_tokens <= 0:  # the cache warmed; nothing to generate
             self._finish(slot, StopReason.MAX_TOKENS)
             return
-        drafter.observe_target(slot.seq, row[0])
+        drafter.observe(TargetRow(slot.seq, row[0]))
         slot.last, events, reason = first_token(self.target, row, config, generation.draws, generation.text, generation.stats)
         drafter.accept(slot.seq, [slot.last])
         self._emit(slot, events, reason)
@@ -309,8 +321,7 @@ class BatchScheduler:
         """A slot whose prompt is read and first token judged: unless its share of the context is full, it generates."""
         if self.share - len(slot.cached) - 1 < 0:
             self._finish(slot, StopReason.CONTEXT_FULL, f"The context is full ({self.share} tokens). Start a new conversation or raise "
-                                                        "the context size." if len(self.slots) == 1 else
-                         f"The slot's context is full ({self.share} tokens). Start a new conversation, or give each slot a larger context.")
+                                                        "the context size.")
             return False
         return True
 
@@ -321,10 +332,11 @@ class BatchScheduler:
         generation = slot.job
         config, stats, drafter = generation.request.config, generation.stats, generation.request.drafter
         verdict, judged = judge(draft, rows, config, generation.draws, stats.predicted_n)
-        drafter.observe_target(slot.seq, rows[0])  # before anything decodes again: rows is llama.cpp's buffer
+        drafter.observe(TargetRow(slot.seq, rows[0]))  # before anything decodes again: rows is llama.cpp's buffer
         margins = top2_margins(judged[verdict.rows(len(draft.tokens))]) if config.record_margins else None
         if draft.fork is not None:  # the branch the verdict took stays in the slot's sequence; the other goes
-            self.target.settle_tree(step.pos0 + 1 + draft.fork.at, verdict.n_accepted - draft.fork.at if verdict.branch == 1 else None)
+            self.target.settle_tree(TreeFork(slot.seq, self.fork_seq, step.pos0 + 1 + draft.fork.at, draft.fork.tokens),
+                                    verdict.n_accepted - draft.fork.at if verdict.branch == 1 else None)
             stats.n_forks += 1
             stats.n_fork_accepted += verdict.branch
         keep = step.pos0 + 1 + verdict.n_accepted
@@ -353,9 +365,7 @@ class BatchScheduler:
         stats = generation.stats
         generation.request.drafter.end(slot.seq)
         if generation.generating_since_ns:
-            if len(self.slots) == 1:
-                generation.llama_ns += _decode_ns(self._models())
-                stats.t_bridge_ms = (generation.bridge_ns + generation.request.drafter.bridge_ns) / 1e6
+            stats.drafter_ms = {name: ns / 1e6 for name, ns in generation.drafter_ns.items()}
             stats.predicted_ms = (time.perf_counter_ns() - generation.generating_since_ns) / 1e6
         stats.t_llama_ms = generation.llama_ns / 1e6
         slot.generation = None

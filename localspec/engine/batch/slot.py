@@ -40,7 +40,7 @@ class Generation:
     arrival: int  # prompts are read in arrival order
     generating_since_ns: int = 0  # 0 while the prompt is still being read
     llama_ns: int = 0  # decode time of the passes this request took part in
-    bridge_ns: int = 0  # its drafter's time translating between tokenizers (a lone slot's)
+    drafter_ns: dict[str, int] = field(default_factory=dict)  # its drafter's own measured work in its steps, by name (Drafter.measured)
 
     @property
     def prompt(self) -> Sequence[int]:

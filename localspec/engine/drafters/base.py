@@ -9,12 +9,14 @@ verification and the statistics know nothing of which one is running.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import numpy as np
 
+from localspec.engine.drafters.registry import Part
+from localspec.engine.llama.entry import Entry
 from localspec.engine.sampling import Distribution, Draws, SamplingParams
 
 if TYPE_CHECKING:  # annotations only: the drafters never load a model themselves
@@ -117,42 +119,77 @@ class Ask:
     after: Sequence[int] = ()
 
 
+@dataclass(frozen=True)
+class PromptRead:
+    """The target has read the first `n` tokens of `seq`'s prompt: a drafter with a model of its own may read along, so
+    its first draft does not pay for the whole prompt at once."""
+
+    seq: int
+    n: int
+
+
+@dataclass(frozen=True)
+class TargetPass:
+    """The target's pass just read these entries, every slot's: a drafter that drafts from the target's hidden states
+    (a head) takes them here, before anything decodes again."""
+
+    entries: Sequence[Entry]
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    """The target's logits where `seq`'s draft began (for the first step, the prompt's last row): how sure the target is,
+    which a drafter that judges its own chances reads for free. Valid only until the next decode."""
+
+    seq: int
+    row: np.ndarray
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A step's target pass verified `n_verified` tokens in `verify_ms`; the step spent `outside_ms` besides that pass
+    (drafting included). A drafter that learns costs does it here."""
+
+    n_verified: int
+    verify_ms: float
+    outside_ms: float
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """Earlier requests' text no longer counts: the next answers start new sessions (the bench's prompts)."""
+
+
+Observation = PromptRead | TargetPass | TargetRow | StepCost | NewSession
+
+
+@dataclass
+class Measured:
+    """What a drafter measured of itself beside its models' llama time: its own work by name (a bridge's translation),
+    in nanoseconds since it was made, which the statistics print by name; and the pass costs it prices steps with."""
+
+    ns: dict[str, int] = field(default_factory=dict)
+    costs: CostTable | None = None
+
+
 class Drafter(ABC):
     """Proposes tokens for the target to verify, for any number of sequences at once (the slots of the decode loop).
 
     As llama.cpp's common_speculative and vLLM's proposers: a sequence begins with its prompt, a step proposes for every
     sequence asking at once (so a draft model drafts them all in one batched pass), and each sequence then hears what
     it settled. Only `propose` is required; the other hooks do nothing unless overridden. One object serves one slot
-    or many: what it keeps per sequence is keyed by the sequence id.
+    or many: what it keeps per sequence is keyed by the sequence id. What else the loop sees reaches every drafter as
+    an observation (`observe`): a drafter takes the kinds it needs and lets the rest pass.
     """
 
     name: str = ""  # the registry's name: what the command line, the settings, the statistics and the bench say
     # The models it decodes with; the decoder reads their decode time (Model.decode_ns) for the Python-overhead figure.
     models: tuple[Decoding, ...] = ()
-    costs: CostTable | None = None  # the pass costs a drafter that prices its steps measures (auto); the bench reports them
-    # Chained heads (a target with several MTP layers): how many. Each drafts one position, so a draft holds at most that
-    # many tokens however many are asked; every head reads the tokens it has not, and head i re-reads the draft so far.
-    chained_heads: int | None = None
 
-    @property
-    def bridge_ns(self) -> int:
-        """Time spent translating a draft of another tokenizer (bridged.py): the statistics report it."""
-        return 0
-
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """Sequence `seq` starts an answer to `prompt` (at least one token); the target has not read it yet."""
-
-    def converse(self, seq: int, conversation: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 (a hook)
-        """The prompt `begin` hears next for `seq` renders this chat (OpenAI-shaped messages; empty: a raw prompt): a draft
-        of another tokenizer reads it under its own chat template."""
-
-    def read(self, seq: int, n: int) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """The target has read the first `n` tokens of `seq`'s prompt: a drafter with a model of its own may read along,
-        so its first draft does not pay for the whole prompt at once."""
-
-    def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:  # noqa: B027 (a hook)
-        """The target's pass just read these (token, position, sequence, wants_logits) entries, every slot's: a drafter
-        that drafts from the target's hidden states (mtp, eagle3) takes them here, before anything decodes again."""
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:  # noqa: B027 (a hook)
+        """Sequence `seq` starts an answer to `prompt` (at least one token); the target has not read it yet. The prompt
+        renders `conversation` (OpenAI-shaped messages; empty: a raw prompt): a draft of another tokenizer reads it
+        under its own chat template."""
 
     @abstractmethod
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
@@ -164,13 +201,8 @@ class Drafter(ABC):
         Every sequence's drafter hears every step, whether it proposed the tokens or not.
         """
 
-    def observe_target(self, seq: int, row: np.ndarray) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """The target's logits where `seq`'s draft began (for the first step, the prompt's last row): how sure the target
-        is, which a drafter that judges its own chances reads for free."""
-
-    def observe_step(self, n_verified: int, verify_ms: float, outside_ms: float) -> None:  # noqa: B027 (a hook)
-        """The step's target pass verified `n_verified` tokens in `verify_ms`; the step spent `outside_ms` besides that
-        pass (drafting included). A drafter that learns costs does it here."""
+    def observe(self, seen: Observation) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """What the loop saw besides the accepted text (the Observation kinds above)."""
 
     def end(self, seq: int) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """`seq`'s answer ended (finished, stopped or cut); a drafter that keeps what it learned saves it here."""
@@ -178,8 +210,8 @@ class Drafter(ABC):
     def close(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
         """The engine lets the drafter go: a context it opened on the target's weights is freed before they are."""
 
-    def forget_requests(self) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
-        """Earlier requests' text no longer counts: the next answers start new sessions (the bench's prompts)."""
+    def measured(self) -> Measured:
+        return Measured()
 
 
 class NoDrafter(Drafter):
@@ -195,53 +227,34 @@ def build_none(sources: DraftSources) -> Drafter:
     return NoDrafter()
 
 
-class DraftSources(Protocol):
-    """What a drafter is built from: the loaded models (the Engine provides them, loading the self-draft on demand)."""
+@dataclass(frozen=True)
+class DraftSetting:
+    """How the loop a drafter serves runs, beside the models: what a drafter that prices its steps (auto) reads."""
 
-    @property
-    def batch_costs(self) -> CostTable | None:
-        """The pass costs the decode loop's slots share (timed at batch sizes), where it runs several; None for one."""
-        ...
+    batch_costs: CostTable | None = None  # the pass costs the loop's slots share (timed at batch sizes); None for one slot
+    cost_cache_dir: Path | None = None  # where measured costs are kept between runs (None: measured each time)
+    report: Callable[[str], object] = lambda _stage: None  # hears what building the drafter waits on: the first answer waits too
+
+
+class DraftSources(Protocol):
+    """What a drafter is built from: the target, and the parts of the pair it requires (registry.Part), by name."""
 
     @property
     def target(self) -> Model: ...
 
     @property
-    def draft(self) -> Model | None: ...
-
-    def draft_model(self) -> Model:
-        """The draft model, for a drafter that cannot work without one; a clear error when none was loaded, or when its
-        tokenizer is not the target's."""
+    def offers(self) -> frozenset[Part]:
+        """The parts this pair offers: a drafter runs where its row's requires are among them."""
         ...
 
-    def report(self, stage: str) -> None:
-        """Say what building the drafter waits on (timing this machine's passes): the first answer waits with it."""
-        ...
+    @overload
+    def part(self, part: Literal[Part.EAGLE3_HEAD]) -> Eagle3File: ...
 
-    def bridged_draft(self) -> Model:
-        """The draft model whatever its tokenizer, for a drafter that drafts through text; a clear error when none was
-        loaded."""
+    @overload
+    def part(self, part: Literal[Part.DRAFT_MODEL, Part.TARGET_TOKENIZER, Part.SELF_DRAFT, Part.MTP_LAYERS]) -> Model:
+        """The model that is that part (MTP layers: the target that keeps them; a self draft: made and loaded on first
+        use); a clear error where the pair lacks it."""
         ...
 
     @property
-    def tokenizers_differ(self) -> str:
-        """How the draft's tokenizer differs from the target's ('' where it is the same, or there is no draft)."""
-        ...
-
-    def self_draft(self) -> Model:
-        """The target cut short (made and loaded on first use)."""
-        ...
-
-    @property
-    def eagle3(self) -> Eagle3File | None:
-        """The pair's EAGLE-3 head, where its draft is one (then it has no draft model)."""
-        ...
-
-    def eagle3_head(self) -> Eagle3File:
-        """The EAGLE-3 head, for a drafter that cannot work without one; a clear error when the pair has none."""
-        ...
-
-    @property
-    def cost_cache_dir(self) -> Path | None:
-        """Where measured costs are kept between runs (None: measured each time)."""
-        ...
+    def setting(self) -> DraftSetting: ...

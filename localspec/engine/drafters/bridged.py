@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from localspec.engine.chat import render_messages
-from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, Measured, Observation, PromptRead
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
+from localspec.engine.drafters.registry import Part
 from localspec.engine.drafters.text_bridge import (
     LOOKBEHIND,
     byte_tokens,
@@ -68,29 +69,24 @@ class BridgedDrafter(Drafter):
         self.inner = ModelDrafter(draft, name=self.name, lazy_start=lazy_start)
         self.models = self.inner.models
         self._seqs: dict[int, _Sequence] = {}
-        self._conversations: dict[int, Sequence[Mapping[str, Any]]] = {}  # each sequence's next chat, until it begins
         self._shared: np.ndarray | None = None  # draft token -> the target's token of the same bytes (-1: none); on first use
         self._overlap: float | None = None  # the share of the draft's vocabulary the target has too; on first use
         self._byte_tokens: dict[int, int] | None = None
         self._bridge_ns = 0
 
-    @property
-    def bridge_ns(self) -> int:
-        return self._bridge_ns
+    def measured(self) -> Measured:
+        return Measured({"translation": self._bridge_ns})
 
     @property
     def passes(self) -> list[tuple[int, float]]:
         """The last draft's passes, (draft tokens, ms), as ModelDrafter's: auto prices the draft model by them."""
         return self.inner.passes
 
-    def converse(self, seq: int, conversation: Sequence[Mapping[str, Any]]) -> None:
-        self._conversations[seq] = conversation
-
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
         """The draft reads the chat under its own template where the request is one and the draft has a template; else
         the target's prompt spelled out (draft_prompt)."""
         start = time.perf_counter_ns()
-        own, n_bytes = self._own_chat(self._conversations.pop(seq, ()))
+        own, n_bytes = self._own_chat(conversation)
         if own:
             tokens, rest = own, b""
         else:
@@ -110,9 +106,10 @@ class BridgedDrafter(Drafter):
             return [], 0
         return self.draft_vocab.tokenize_bytes(data, add_special=False, parse_special=True), len(data)
 
-    def read(self, seq: int, n: int) -> None:
-        """The target read `n` prompt tokens: the draft reads as large a share of its own."""
-        self.inner.read(seq, int(n * self._seqs[seq].prompt_ratio))
+    def observe(self, seen: Observation) -> None:
+        """As the target reads `n` prompt tokens, the draft reads as large a share of its own."""
+        if isinstance(seen, PromptRead):
+            self.inner.observe(PromptRead(seen.seq, int(seen.n * self._seqs[seen.seq].prompt_ratio)))
 
     def pending_tokens(self, seq: int) -> int:
         """The draft's catch-up before its next draft: its unread tokens, and the accepted text not yet tokenized for it,
@@ -221,4 +218,4 @@ class BridgedDrafter(Drafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    return BridgedDrafter(sources.target, sources.bridged_draft())
+    return BridgedDrafter(sources.target, sources.part(Part.DRAFT_MODEL))

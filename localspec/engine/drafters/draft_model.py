@@ -13,12 +13,15 @@ draft; that is the cost saved here.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, Observation, PromptRead
+from localspec.engine.drafters.registry import Part
+from localspec.engine.llama.entry import Entry
 from localspec.engine.llama.memory import MemoryKind
 from localspec.engine.llama.model import Model
 from localspec.engine.sampling import Distribution, Draws, SamplingParams, distribution, greedy_with_confidence
@@ -94,7 +97,7 @@ class ModelDrafter(Drafter):
         # the p-min test), as in the cost a controller prices a draft token at.
         self.passes: list[tuple[int, float]] = []
 
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
         """The sequence keeps the longest prefix of the prompt that its cells, or another sequence's, hold (borrowed as
         the target's slots borrow theirs); the rest is read along (read) or, lazily, in the first draft's pass."""
         tokens = prompt[:-1]
@@ -110,14 +113,15 @@ class ModelDrafter(Drafter):
             keep = self.model.forget(seq, keep)
         self._seqs[seq] = _Sequence(list(prompt[keep:]))
 
-    def read(self, seq: int, n: int) -> None:
-        if self.lazy_start:
+    def observe(self, seen: Observation) -> None:
+        """Read along as the target reads a prompt (unless lazy): what the target read that the draft has not, never the
+        prompt's last token, which the first draft's pass reads."""
+        if self.lazy_start or not isinstance(seen, PromptRead):
             return
-        state = self._seqs[seq]
-        # What the target read that the draft has not, never the prompt's last token: the first draft's pass reads that one.
-        unread = min(n - len(self.model.cells.tokens[seq]), len(state.pending) - 1)
+        state = self._seqs[seen.seq]
+        unread = min(seen.n - len(self.model.cells.tokens[seen.seq]), len(state.pending) - 1)
         if unread > 0:
-            self._decode(seq, state.pending[:unread], outputs=0)
+            self._decode(seen.seq, state.pending[:unread], outputs=0)
             del state.pending[:unread]
 
     def pending_tokens(self, seq: int) -> int:
@@ -168,7 +172,7 @@ class ModelDrafter(Drafter):
             speculated.append(chosen[0])
 
     def _draft_together(self, active: list[_Drafting]) -> None:
-        entries: list[tuple[int, int, int, bool]] = []
+        entries: list[Entry] = []
         for item in active:
             entries += self._entries(item.order.seq, self._unread(item.order.seq, item.order.after), 1)
         while active:
@@ -195,12 +199,12 @@ class ModelDrafter(Drafter):
         state.pending, state.speculated = [], list(speculation)
         return tokens
 
-    def _entries(self, seq: int, tokens: Sequence[int], rows: int) -> list[tuple[int, int, int, bool]]:
+    def _entries(self, seq: int, tokens: Sequence[int], rows: int) -> list[Entry]:
         """`tokens` as a pass's entries for `seq`, placed after its cells, the last `rows` asking for logits."""
         pos0, first_row = len(self.model.cells.tokens[seq]), len(tokens) - rows
-        return [(token, pos0 + i, seq, i >= first_row) for i, token in enumerate(tokens)]
+        return [Entry(token, pos0 + i, seq, i >= first_row) for i, token in enumerate(tokens)]
 
-    def _rows(self, entries: list[tuple[int, int, int, bool]]) -> Iterator[np.ndarray]:
+    def _rows(self, entries: list[Entry]) -> Iterator[np.ndarray]:
         """Decode the entries (in n_batch pieces if a catch-up is long), each row asked for as its piece comes: a row is
         llama.cpp's buffer, valid until the next pass."""
         n_batch = self.model.n_batch
@@ -237,7 +241,7 @@ class ModelDrafter(Drafter):
     def agreed_prefixes(self, proposals: Sequence[tuple[int, Sequence[int]]]) -> list[int]:
         """For each (sequence, proposal), how many leading tokens of the proposal the draft itself would have chosen
         greedily: every sequence's vetting in one batched pass (in n_batch pieces if a catch-up is long)."""
-        entries: list[tuple[int, int, int, bool]] = []
+        entries: list[Entry] = []
         owners: list[int] = []  # the proposal each row vets, in entry order
         for index, (seq, proposal) in enumerate(proposals):
             if proposal:  # the last pending token's row judges the proposal's first token
@@ -282,8 +286,8 @@ class ModelDrafter(Drafter):
 
 
 def build_model(sources: DraftSources) -> Drafter:
-    return ModelDrafter(sources.draft_model())
+    return ModelDrafter(sources.part(Part.TARGET_TOKENIZER))
 
 
 def build_self(sources: DraftSources) -> Drafter:
-    return ModelDrafter(sources.self_draft(), name="self")
+    return ModelDrafter(sources.part(Part.SELF_DRAFT), name="self")

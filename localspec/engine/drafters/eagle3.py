@@ -8,12 +8,9 @@ every row of a pass, so the queue of what the target read is read in a pass of i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from localspec.engine.drafters.base import Drafter, DraftSources
 from localspec.engine.drafters.head_drafter import HeadDrafter
+from localspec.engine.drafters.registry import Part
 from localspec.engine.llama.eagle3_head import Eagle3File, Eagle3Head
 from localspec.engine.llama.model import Model
 
@@ -28,9 +25,6 @@ class Eagle3Drafter(HeadDrafter):
     def __init__(self, target: Model, file: Eagle3File) -> None:
         super().__init__(Eagle3Head(target, file))
 
-    def _token_rows(self, entries: Sequence[tuple[int, int, int, bool]], picked: list[int]) -> np.ndarray:
-        return self.head.features(picked)  # type: ignore[attr-defined]
-
 
 def build(sources: DraftSources) -> Drafter:
-    return Eagle3Drafter(sources.target, sources.eagle3_head())
+    return Eagle3Drafter(sources.target, sources.part(Part.EAGLE3_HEAD))

@@ -3,7 +3,7 @@ the target gives each token, kept in step with every target pass.
 
 A head's cell is made from a token and the row the target gave the token before it: the MTP head places it at the
 token's position, EAGLE-3 one position earlier (`offset`). So every token the target reads is queued for the head
-(`target_read`) beside the row before it, the first beside the row kept from the pass before (llama.cpp's
+(`observe`, each TargetPass) beside the row before it, the first beside the row kept from the pass before (llama.cpp's
 pending_h). Once the verdict is known (`accept`), the rejected draft tokens leave the queue and the head's cells, and
 the row at the last accepted position is kept. A draft's first pass reads the queue and the target's own new token
 beside that row (a head whose logits cannot skip rows reads the queue in a pass of its own); the draft goes on from
@@ -22,15 +22,15 @@ the head drops a tail as an attention cache does.
 from __future__ import annotations
 
 import time
-from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from localspec.engine.drafters.base import Ask, Draft, Drafter
+from localspec.engine.drafters.base import Ask, Draft, Drafter, Observation, TargetPass
 from localspec.engine.drafters.draft_model import DraftOrder, next_draft_token
+from localspec.engine.llama.entry import Entry
 from localspec.engine.llama.model import Model
 from localspec.engine.llama.vocabulary import Vocabulary
 from localspec.engine.tokens import common_prefix
@@ -49,7 +49,11 @@ class DraftHead(Protocol):
 
     def use_head(self, index: int) -> None: ...
 
-    def decode(self, entries: Sequence[tuple[int, int, int, bool]], hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+    def token_rows(self, n_entries: int, picked: Sequence[int]) -> np.ndarray:
+        """The row the target's last pass (of `n_entries` entries) gave each picked entry, as the head reads it (copies)."""
+        ...
+
+    def decode(self, entries: Sequence[Entry], hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
     def forget(self, seq: int, from_pos: int = 0) -> int: ...
 
@@ -80,11 +84,7 @@ class HeadDrafter(Drafter):
         self.passes: list[tuple[int, float]] = []  # the last draft's passes, (tokens, ms), as ModelDrafter's
         self.chained_heads = head.n_heads if head.n_heads > 1 else None
 
-    @abstractmethod
-    def _token_rows(self, entries: Sequence[tuple[int, int, int, bool]], picked: list[int]) -> np.ndarray:
-        """The row the target's last pass gave each picked entry (copies)."""
-
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
         """The head keeps the cells it shares with the prompt; the row kept from before still pairs with the next token
         where its position lies within them."""
         if self.head.refresh():
@@ -94,7 +94,11 @@ class HeadDrafter(Drafter):
         valid = state.pending_pos < keep - self.offset
         self._seqs[seq] = _Sequence(pending_pos=state.pending_pos, pending=state.pending) if valid else _Sequence()
 
-    def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
+    def observe(self, seen: Observation) -> None:
+        if isinstance(seen, TargetPass):
+            self._queue(seen.entries)
+
+    def _queue(self, entries: Sequence[Entry]) -> None:
         """Queue the target's pass for the head (read with the next draft, or here once the queue is long), each token
         beside the row before it; keep each sequence's rows for its verdict (a prompt's: its last)."""
         picked = [i for i, (_, _, seq, _) in enumerate(entries) if seq in self._seqs]
@@ -103,7 +107,7 @@ class HeadDrafter(Drafter):
         if self.head.refresh():  # the target reopened its context: every sequence starts over
             for seq in self._seqs:
                 self._seqs[seq] = _Sequence(last=self._seqs[seq].last)
-        rows = self._token_rows(entries, picked)
+        rows = self.head.token_rows(len(entries), picked)
         previous: dict[int, int] = {}  # each sequence's previous entry in the pass, by its index in `picked`
         by_seq: dict[int, list[int]] = {}
         for j, i in enumerate(picked):
@@ -133,12 +137,12 @@ class HeadDrafter(Drafter):
     def _read_unread(self, seqs: Sequence[int]) -> list[tuple[int, float]]:
         """The head reads what the sequences have queued, asking no rows: a queue kept short (its rows are copies). Chained
         heads each read it, the first head last (the one a draft starts with). Its passes, (tokens, ms)."""
-        pieces: list[tuple[list[tuple[int, int, int, bool]], list[np.ndarray]]] = [([], [])]
+        pieces: list[tuple[list[Entry], list[np.ndarray]]] = [([], [])]
         for seq in seqs:
             state = self._seqs[seq]
             if len(pieces[-1][0]) + len(state.unread) > self.head.target.n_batch and pieces[-1][0]:
                 pieces.append(([], []))
-            pieces[-1][0].extend((token, pos, seq, False) for token, pos in state.unread)
+            pieces[-1][0].extend(Entry(token, pos, seq, False) for token, pos in state.unread)
             pieces[-1][1].extend(state.unread_rows)
             state.unread, state.unread_rows = [], []
         passes = []
@@ -195,11 +199,11 @@ class HeadDrafter(Drafter):
             links[index] = [(state.last, state.pending_pos + 1 + self.offset, pending)]  # type: ignore[list-item]
         depth = 0
         while active:
-            entries: list[tuple[int, int, int, bool]] = []
+            entries: list[Entry] = []
             rows: list[np.ndarray] = []
             for index in active:
                 read = [*queued_links.pop(index, []), *(links[index] if chained else links[index][-1:])]
-                entries += [(token, pos, orders[index].seq, i == len(read) - 1) for i, (token, pos, _) in enumerate(read)]
+                entries += [Entry(token, pos, orders[index].seq, i == len(read) - 1) for i, (token, pos, _) in enumerate(read)]
                 rows += [row for *_, row in read]
             start, n_entries = time.perf_counter_ns(), len(entries)
             self.head.use_head(depth)
@@ -254,5 +258,5 @@ class HeadTiming:
 
     def decode(self, tokens: Sequence[int], outputs: int) -> np.ndarray:
         first_output = len(tokens) - outputs
-        entries = [(token, pos, 0, pos >= first_output) for pos, token in enumerate(tokens)]
+        entries = [Entry(token, pos, 0, pos >= first_output) for pos, token in enumerate(tokens)]
         return self.head.decode(entries, np.zeros((len(tokens), self.head.n_embd), dtype=np.float32))[0]

@@ -15,6 +15,7 @@ from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
 from localspec.engine.drafters.ngram import Lookups
+from localspec.engine.drafters.registry import Part
 
 
 class HierarchicalDrafter(LookupModelDrafter):
@@ -28,4 +29,4 @@ class HierarchicalDrafter(LookupModelDrafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    return HierarchicalDrafter(ModelDrafter(sources.draft_model()), Lookups(remember=False, ends_answer=sources.target.vocab.is_eog))
+    return HierarchicalDrafter(ModelDrafter(sources.part(Part.TARGET_TOKENIZER)), Lookups(remember=False, ends_answer=sources.target.vocab.is_eog))

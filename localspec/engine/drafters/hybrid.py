@@ -15,6 +15,7 @@ from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, on
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
 from localspec.engine.drafters.lookup_model import LookupModelDrafter
 from localspec.engine.drafters.ngram import Lookups
+from localspec.engine.drafters.registry import Part
 
 
 class HybridDrafter(LookupModelDrafter):
@@ -37,4 +38,4 @@ class HybridDrafter(LookupModelDrafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    return HybridDrafter(ModelDrafter(sources.draft_model()), Lookups(remember=False, ends_answer=sources.target.vocab.is_eog))
+    return HybridDrafter(ModelDrafter(sources.part(Part.TARGET_TOKENIZER)), Lookups(remember=False, ends_answer=sources.target.vocab.is_eog))

@@ -6,9 +6,10 @@ accepted text; they differ only in how a proposal is made, which each defines in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from localspec.engine.drafters.base import Drafter
+from localspec.engine.drafters.base import Drafter, Observation
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookups
 
@@ -19,12 +20,12 @@ class LookupModelDrafter(Drafter):
         self.models = model.models
         self.lookups = lookups or Lookups(remember=False)
 
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
         self.lookups[seq].start(prompt)
         self.model.begin(seq, prompt)
 
-    def read(self, seq: int, n: int) -> None:
-        self.model.read(seq, n)
+    def observe(self, seen: Observation) -> None:
+        self.model.observe(seen)
 
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         self.lookups[seq].advance(tokens)

@@ -6,12 +6,9 @@ p + 1 (head_drafter.py keeps it in step with the target).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from localspec.engine.drafters.base import Drafter, DraftSources
 from localspec.engine.drafters.head_drafter import HeadDrafter
+from localspec.engine.drafters.registry import Part
 from localspec.engine.llama.model import Model
 from localspec.engine.llama.mtp_head import MtpHead
 
@@ -24,9 +21,6 @@ class MtpDrafter(HeadDrafter):
     def __init__(self, target: Model) -> None:
         super().__init__(MtpHead(target))
 
-    def _token_rows(self, entries: Sequence[tuple[int, int, int, bool]], picked: list[int]) -> np.ndarray:
-        return self.head.target_rows(len(entries))[picked]  # type: ignore[attr-defined]
-
 
 def build(sources: DraftSources) -> Drafter:
-    return MtpDrafter(sources.target)
+    return MtpDrafter(sources.part(Part.MTP_LAYERS))

@@ -21,10 +21,11 @@ does not hold), a second edit of a file finds the first edit's answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, NewSession, Observation
 from localspec.engine.drafters.edits import EDIT_MAX, MATCH_CAP, REANCHOR, RESUMED, CopyTracker
 from localspec.engine.tokens import common_prefix
 
@@ -259,7 +260,7 @@ class NgramDrafter(Drafter):
     def __init__(self, lookups: Lookups | None = None) -> None:
         self.lookups = lookups or Lookups()
 
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
         self.lookups[seq].start(prompt)
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
@@ -268,8 +269,9 @@ class NgramDrafter(Drafter):
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         self.lookups[seq].advance(tokens)
 
-    def forget_requests(self) -> None:
-        self.lookups.forget_requests()
+    def observe(self, seen: Observation) -> None:
+        if isinstance(seen, NewSession):
+            self.lookups.forget_requests()
 
 
 def build(sources: DraftSources) -> Drafter:

@@ -21,96 +21,133 @@ if TYPE_CHECKING:  # annotations only (see the module's docstring)
     from localspec.engine.drafters.base import Drafter, DraftSources
 
 
+class Part(Enum):
+    """What a pair offers beside its target, and a drafter may require: its value is how a missing one is named. Where
+    several are missing, the first in this order is named (a pair without a draft lacks a draft model, not a tokenizer)."""
+
+    DRAFT_MODEL = "a draft model"  # a model that drafts, of any tokenizer
+    TARGET_TOKENIZER = "a draft with the target's tokenizer"  # its tokens verify as they are, no text between
+    SELF_DRAFT = "a self draft cut from the target"  # the target's first blocks, cut once (the engine offers it always)
+    MTP_LAYERS = "a target with MTP layers"  # NextN layers kept in the target's own file
+    EAGLE3_HEAD = "an EAGLE-3 head (--draft, an eagle3 GGUF)"
+
+
 class Supports(Enum):
-    """What a drafter can do beyond proposing from the accepted text."""
+    """What a drafter can do beyond proposing one chain of tokens for one answer."""
 
+    SLOTS = "several slots"  # it drafts for several slots sharing the target's passes (else: a sequence of its own)
+    GRAMMAR = "a grammar"  # it drafts under a grammar and penalties (else: the request must pick another drafter)
     CONTINUES = "continues"  # it drafts from the end of text the decode loop puts first (a grammar's forced text, Ask.after)
+    FORK = "a tree's second sequence"  # its draft may fork (Draft.fork): the target holds a second sequence for it
+    CHOOSES_K = "choosing K"  # it picks K each step: the K it is given is only a cap (defaults.AUTO_DRAFT_MAX)
+    SAMPLE_MATCH = "sample-and-match"  # its tokens can be judged by sample-and-match too (it samples them from its own q)
+    AUTO_SOURCE = "an auto source"  # auto may draft a step with it, priced pass by pass, where the pair offers its parts
 
 
-CONTINUING = frozenset({Supports.CONTINUES})
+SHARED = frozenset({Supports.SLOTS, Supports.GRAMMAR})  # what every chain drafter supports
+DRAFTER_TOKENS = SHARED | {Supports.CONTINUES}  # a chain drafter that can draft after forced text
 
 
 @dataclass(frozen=True)
 class DrafterSpec:
     name: str
     description: str
-    needs_draft_model: bool
+    shown: str  # the name a person reads for its steps (the app's panel, generate's summary)
     module: str  # under localspec.engine.drafters, holding `build(sources) -> Drafter`
     builder: str = "build"
-    target_sequences: int = 1  # sequences the target's cache must hold (a tree verifies two branches side by side)
-    batchable: bool = True  # it drafts for several slots sharing the target's passes; False: it needs a sequence of its own
-    chooses_k: bool = False  # it picks K itself each step: the K it is given is only a cap (defaults.AUTO_DRAFT_MAX)
-    drafts: bool = True  # False: plain decoding, nothing drafted
-    chain: bool = True  # its draft is one chain of tokens (False: a tree, which a chain's cost model does not describe)
-    constrained: bool = True  # it drafts under a grammar and penalties (False: the request must pick another drafter)
-    self_draft: bool = False  # it drafts with the self draft cut from the target (loaded, and planned for, only then)
-    sample_match: bool = False  # its tokens can be judged by sample-and-match too (it samples them from its own q)
+    requires: frozenset[Part] = frozenset()
+    supports: frozenset[Supports] = SHARED
     reference: str | None = None  # llama.cpp's --spec-type that drafts as it does: the bench runs llama-speculative-simple beside it
-    mtp_layers: bool = False  # it drafts with the target's own MTP layers (only a target whose GGUF carries them)
-    eagle3_head: bool = False  # it drafts with an EAGLE-3 head (--draft names one made for the target)
-    any_vocab: bool = False  # its draft model may have another tokenizer than the target's (it drafts through text)
-    supports: frozenset[Supports] = frozenset()
+    drafts: bool = True  # False for plain decoding alone: every door offers it as "nothing drafted", and no step asks it
 
     def build(self, sources: DraftSources) -> Drafter:
         drafter: Drafter = getattr(importlib.import_module(f"localspec.engine.drafters.{self.module}"), self.builder)(sources)
         return drafter
 
+    @property
+    def needs_draft_model(self) -> bool:
+        return Part.DRAFT_MODEL in self.requires
 
+    @property
+    def through_text(self) -> bool:
+        """It runs a draft of another tokenizer than the target's, its text re-tokenized for the target."""
+        return self.needs_draft_model and Part.TARGET_TOKENIZER not in self.requires
+
+    @property
+    def target_sequences(self) -> int:
+        """Sequences the target's cache must hold for one slot: a fork's branch takes a second."""
+        return 2 if Supports.FORK in self.supports else 1
+
+
+_DRAFT = frozenset({Part.DRAFT_MODEL, Part.TARGET_TOKENIZER})
 _SPECS = (
-    DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest",
-                False, "auto.controller", chooses_k=True, supports=CONTINUING),
-    DrafterSpec("model", "the draft model proposes K tokens", True, "draft_model", "build_model", sample_match=True,
-                reference="draft-simple", supports=CONTINUING),
-    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", False, "ngram", supports=CONTINUING),
-    DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", True, "hybrid", supports=CONTINUING),
-    DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with",
-                True, "hierarchical"),
-    DrafterSpec("tree", "the draft model forks at an unsure token; both branches are verified in one target pass", True, "tree",
-                target_sequences=2, batchable=False, chain=False, constrained=False),
-    DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", False,
-                "draft_model", "build_self", self_draft=True, supports=CONTINUING),
-    DrafterSpec("mtp", "the target's own MTP layers draft (a Qwen3.5/3.6, GLM or MiMo GGUF that keeps them); no draft model",
-                False, "mtp", mtp_layers=True, sample_match=True, reference="draft-mtp"),
-    DrafterSpec("eagle3", "an EAGLE-3 head (--draft, an eagle3 GGUF made for the target) drafts from three of the target's layers",
-                False, "eagle3", eagle3_head=True, sample_match=True, reference="draft-eagle3"),
-    DrafterSpec("bridged", "the draft model, of another tokenizer than the target's: its text is re-tokenized for the target",
-                True, "bridged", any_vocab=True),
-    DrafterSpec("none", "plain decoding", False, "base", "build_none", drafts=False),
+    DrafterSpec("auto", "the adaptive controller: per step, plain, prompt lookup or the draft model, and K, whichever is fastest", "auto",
+                "auto.controller", supports=DRAFTER_TOKENS | {Supports.CHOOSES_K}),
+    DrafterSpec("model", "the draft model proposes K tokens", "draft model", "draft_model", "build_model", requires=_DRAFT,
+                supports=DRAFTER_TOKENS | {Supports.SAMPLE_MATCH, Supports.AUTO_SOURCE}, reference="draft-simple"),
+    DrafterSpec("ngram", "prompt lookup: continues text that occurred before (no model time)", "lookup", "ngram", supports=DRAFTER_TOKENS),
+    DrafterSpec("hybrid", "prompt lookup, continued by the draft model where it runs short", "lookup+model", "hybrid", requires=_DRAFT,
+                supports=DRAFTER_TOKENS),
+    DrafterSpec("hierarchical", "prompt lookup, vetted by the draft model; the target sees only what the draft agrees with", "hierarchical",
+                "hierarchical", requires=_DRAFT),
+    DrafterSpec("tree", "the draft model forks at an unsure token; both branches are verified in one target pass", "tree", "tree",
+                requires=_DRAFT, supports=frozenset({Supports.FORK})),
+    DrafterSpec("self", "a draft cut from the target's own first blocks (made once, cached); no draft model needed", "self draft",
+                "draft_model", "build_self", requires=frozenset({Part.SELF_DRAFT}), supports=DRAFTER_TOKENS),
+    DrafterSpec("mtp", "the target's own MTP layers draft (a Qwen3.5/3.6, GLM or MiMo GGUF that keeps them); no draft model", "MTP head",
+                "mtp", requires=frozenset({Part.MTP_LAYERS}), supports=SHARED | {Supports.SAMPLE_MATCH, Supports.AUTO_SOURCE},
+                reference="draft-mtp"),
+    DrafterSpec("eagle3", "an EAGLE-3 head (--draft, an eagle3 GGUF made for the target) drafts from three of the target's layers", "EAGLE-3 head",
+                "eagle3", requires=frozenset({Part.EAGLE3_HEAD}), supports=SHARED | {Supports.SAMPLE_MATCH, Supports.AUTO_SOURCE},
+                reference="draft-eagle3"),
+    DrafterSpec("bridged", "the draft model, of another tokenizer than the target's: its text is re-tokenized for the target", "bridged draft",
+                "bridged", requires=frozenset({Part.DRAFT_MODEL}), supports=SHARED | {Supports.AUTO_SOURCE}),
+    DrafterSpec("none", "plain decoding", "plain", "base", "build_none", drafts=False),
 )
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in _SPECS}
 DEFAULT = "auto"
 PLAIN = next(name for name, spec in DRAFTERS.items() if not spec.drafts)  # what a request that drafts nothing runs
-ADAPTIVE = next(name for name, spec in DRAFTERS.items() if spec.chooses_k)  # the one the bench compares the fixed ones with
-FIXED = tuple(name for name, spec in DRAFTERS.items() if spec.drafts and not spec.chooses_k)  # a drafter at a set K each
-BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if spec.batchable)
+ADAPTIVE = next(name for name, spec in DRAFTERS.items() if Supports.CHOOSES_K in spec.supports)  # the bench compares the fixed ones with it
+FIXED = tuple(name for name, spec in DRAFTERS.items() if spec.drafts and name != ADAPTIVE)  # a drafter at a set K each
+BATCH_DRAFTERS = tuple(name for name, spec in DRAFTERS.items() if Supports.SLOTS in spec.supports)
 NO_DRAFT_MODEL = tuple(name for name, spec in DRAFTERS.items() if not spec.needs_draft_model)
-THROUGH_TEXT = tuple(name for name, spec in DRAFTERS.items() if spec.any_vocab)  # they run a draft of another tokenizer
+THROUGH_TEXT = tuple(name for name, spec in DRAFTERS.items() if spec.through_text)  # they run a draft of another tokenizer
+AUTO_SOURCES = tuple(spec for spec in DRAFTERS.values() if Supports.AUTO_SOURCE in spec.supports)  # in the order auto prefers them
 
 
 @dataclass(frozen=True)
 class PairParts:
-    """What a pair offers the drafters beside its target: a draft model (of the target's tokenizer or not), MTP layers in
-    the target's file, an EAGLE-3 head."""
+    """What a pair offers the drafters beside its target (a draft model, of the target's tokenizer or not, MTP layers in
+    the target's file, an EAGLE-3 head): a drafter runs where the pair offers every part it requires."""
 
-    draft_model: bool
-    mtp_layers: bool = False
-    eagle3_head: bool = False
-    same_tokenizer: bool = True
+    offers: frozenset[Part]
+
+    @classmethod
+    def of(cls, *parts: Part) -> PairParts:
+        return cls(frozenset(parts))
+
+    @classmethod
+    def offered(cls, draft_model: bool, same_tokenizer: bool, mtp_layers: bool, eagle3_head: bool) -> PairParts:
+        """A loaded pair's parts, or a pair's as its files' headers say (the bench, before it loads): a self draft can
+        always be cut from the target."""
+        offered = {Part.SELF_DRAFT}
+        if draft_model:
+            offered |= {Part.DRAFT_MODEL, Part.TARGET_TOKENIZER} if same_tokenizer else {Part.DRAFT_MODEL}
+        if mtp_layers:
+            offered.add(Part.MTP_LAYERS)
+        if eagle3_head:
+            offered.add(Part.EAGLE3_HEAD)
+        return cls(frozenset(offered))
 
     @classmethod
     def before_load(cls, draft_model: bool) -> PairParts:
         """Before a load only whether a draft is given is known: the rest counts as there (the engine says at load)."""
-        return cls(draft_model, mtp_layers=True, eagle3_head=True)
+        rest = {Part.SELF_DRAFT, Part.MTP_LAYERS, Part.EAGLE3_HEAD}
+        return cls(frozenset(rest | (_DRAFT if draft_model else set())))
 
     def lacks(self, row: DrafterSpec) -> str:
-        """What the pair lacks for `row` to run ('' where nothing)."""
-        if row.needs_draft_model and not self.draft_model:
-            return "a draft model"
-        if row.needs_draft_model and not row.any_vocab and not self.same_tokenizer:
-            return "a draft with the target's tokenizer"
-        if row.eagle3_head and not self.eagle3_head:
-            return "an EAGLE-3 head (--draft, an eagle3 GGUF)"
-        return "a target with MTP layers" if row.mtp_layers and not self.mtp_layers else ""
+        """What the pair lacks for `row` to run ('' where nothing): the first part missing, in Part's order."""
+        return next((part.value for part in Part if part in row.requires and part not in self.offers), "")
 
     def problem(self, name: str) -> str:
         """Why drafter `name` cannot run on this pair, and which can ('' where it can): the one wording every door
@@ -142,6 +179,6 @@ def bridge_note(difference: str) -> str:
 def check_batchable(name: str) -> None:
     """The one error, in one wording, where several slots cannot run `name` together (the server at start and per
     request, and the engine's batch, all ask here)."""
-    if not spec(name).batchable:
+    if Supports.SLOTS not in spec(name).supports:
         raise EngineError(f"The {name} drafter needs a sequence of its own, so it runs one request at a time (--parallel 1); "
                           f"several slots run {', '.join(BATCH_DRAFTERS)}.")

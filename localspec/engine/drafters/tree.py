@@ -11,12 +11,14 @@ One fork per step keeps the batch at most 2K+1 tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, Fork
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, Fork, Observation
 from localspec.engine.drafters.draft_model import ModelDrafter
+from localspec.engine.drafters.registry import Part
 from localspec.engine.sampling import top_two
 
 P_SPLIT = 0.1  # llama.cpp's default --p-split
@@ -30,11 +32,11 @@ class TreeDrafter(Drafter):
         self.models = model.models
         self.p_split = p_split
 
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
         self.model.begin(seq, prompt)
 
-    def read(self, seq: int, n: int) -> None:
-        self.model.read(seq, n)
+    def observe(self, seen: Observation) -> None:
+        self.model.observe(seen)
 
     def _chain(self, seq: int, start: np.ndarray | int, k: int, p_min: float) -> tuple[list[int], tuple[int, int] | None]:
         """Up to k greedy tokens from the logits `start` (or from a given first token), and the first place worth forking."""
@@ -81,4 +83,4 @@ class TreeDrafter(Drafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    return TreeDrafter(ModelDrafter(sources.draft_model()))
+    return TreeDrafter(ModelDrafter(sources.part(Part.TARGET_TOKENIZER)))

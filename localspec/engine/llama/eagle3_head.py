@@ -108,7 +108,7 @@ class Eagle3Head(HeadContext):
         self._features = np.ctypeslib.as_array(self._encoder.embd, shape=(self.target.n_batch, 3 * self.n_embd_target))
         return True
 
-    def features(self, indices: Sequence[int]) -> np.ndarray:
+    def token_rows(self, n_entries: int, indices: Sequence[int]) -> np.ndarray:
         """g for the target's last pass's entries at `indices`: the three layers' inputs of each, fused by the encoder."""
         n_entries = max(indices) + 1
         layers = []

@@ -18,6 +18,7 @@ from llama_cpp import llama_cpp_ext
 
 from localspec.engine.errors import EngineError, ModelLoadError
 from localspec.engine.llama import llama_log
+from localspec.engine.llama.entry import Entry
 from localspec.engine.llama.model import Model
 
 # A head's passes read at most this many tokens at a time: llama.cpp reserves its compute buffer for a full ubatch of
@@ -69,7 +70,7 @@ class HeadContext:
         """Whether it pairs with the target's current context (by its serial: a reopened context may reuse the address)."""
         return self._target_ctx is not None and self._target_serial == self.target.context_serial
 
-    def decode(self, entries: Sequence[tuple[int, int, int, bool]], hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def decode(self, entries: Sequence[Entry], hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One pass over (token, position, sequence, wants_logits) entries, the i-th beside `hidden[i]`. Each sequence's
         cells from its first entry on are dropped first, so a pass replaces the speculation the last one left. The
         logits and the head's hidden rows of the entries that want them (views, valid until the next pass)."""

@@ -27,6 +27,7 @@ from localspec.engine.errors import EngineError, LoadCancelled, ModelLoadError
 from localspec.engine.grammar import Grammar, GrammarText, LLGuidanceGrammar
 from localspec.engine.llama import amx, cpu_share, device_faults, failures, hardware, llama_log
 from localspec.engine.llama.cells import SequenceCells
+from localspec.engine.llama.entry import Entry
 from localspec.engine.llama.gbnf_sampler import GbnfGrammar
 from localspec.engine.llama.gguf_file import check_gguf_file
 from localspec.engine.llama.load_abort import LoadAbort
@@ -52,6 +53,17 @@ def _init_backend() -> None:
             llama_cpp.llama_supports_gpu_offload()  # loads dynamically built backends (the CPU's among them) first
             amx.settle_amx()  # before any weight is placed: AMX stays where this build's matmul is sound (amx.py)
             _backend_ready = True
+
+
+@dataclass(frozen=True)
+class TreeFork:
+    """A tree draft's second branch in a pass: sequence `seq`'s tokens from position `split` on have another
+    continuation, `tokens`, placed on sequence `into` (which borrows `seq`'s cells before the split)."""
+
+    seq: int
+    into: int
+    split: int
+    tokens: Sequence[int]
 
 
 @dataclass(frozen=True)
@@ -237,52 +249,60 @@ class Model(ModelFacts):
         self.sequences.last_pass[0] = len(tokens)
         return rows
 
-    def decode_tree(self, shared: Sequence[int], main: Sequence[int], branch: Sequence[int]) -> np.ndarray:
-        """One pass over two continuations that share `shared`: `main` in sequence 0, `branch` in sequence 1. Sequence 1
-        first borrows sequence 0's whole cache (a unified cache only tags the cells), so each branch attends to the context
-        and its own tokens, never the other's. A row per token, in the order shared, main, branch; `settle_tree` keeps one."""
-        if self.n_seq < 2 or not self.forks:
-            raise EngineError(f"{self.role} model holds one sequence, or a recurrent state; a tree draft needs two sequences "
-                              "of an attention cache (ensure_sequences(2)).")
-        llama_cpp.llama_memory_seq_cp(self._memory, 0, 1, -1, -1)
-        self.cells.share(0, 1, self.n_past)
-        pos0 = len(self.kv_tokens)
-        split = pos0 + len(shared)
-        entries: list[tuple[int, int, tuple[int, ...]]] = [(token, pos0 + i, (0, 1)) for i, token in enumerate(shared)]
-        entries += [(token, split + i, (0,)) for i, token in enumerate(main)]
-        entries += [(token, split + i, (1,)) for i, token in enumerate(branch)]
-        rows = self._run_batch(entries, len(entries))
-        self.cells.placed(entries)
-        return rows
-
-    def settle_tree(self, split: int, n_fork_kept: int | None) -> None:
-        """End a tree pass: with `n_fork_kept` None the main branch stays (truncate it as usual), else the fork's first tokens replace it."""
+    def settle_tree(self, fork: TreeFork, n_fork_kept: int | None) -> None:
+        """End a forked pass: with `n_fork_kept` None the main branch stays (truncate it as usual), else the fork's first
+        tokens replace it. The fork's sequence is emptied either way."""
         if n_fork_kept is not None:
-            llama_cpp.llama_memory_seq_rm(self._memory, 0, split, -1)
-            llama_cpp.llama_memory_seq_cp(self._memory, 1, 0, split, split + n_fork_kept)
-            self.cells.replace_tail(0, split, self.cells.tokens[1][split : split + n_fork_kept])
-        llama_cpp.llama_memory_seq_rm(self._memory, 1, -1, -1)
-        self.cells.cut(1, 0)
+            llama_cpp.llama_memory_seq_rm(self._memory, fork.seq, fork.split, -1)
+            llama_cpp.llama_memory_seq_cp(self._memory, fork.into, fork.seq, fork.split, fork.split + n_fork_kept)
+            self.cells.replace_tail(fork.seq, fork.split, self.cells.tokens[fork.into][fork.split : fork.split + n_fork_kept])
+        llama_cpp.llama_memory_seq_rm(self._memory, fork.into, -1, -1)
+        self.cells.cut(fork.into, 0)
 
     def _run_batch(self, entries: Sequence[tuple[int, int, tuple[int, ...]]], outputs: int) -> np.ndarray:
         """llama_decode over (token, position, sequences) entries; logits of the last `outputs` entries."""
         first_output = len(entries) - outputs
         return self._decode_entries(entries, [i >= first_output for i in range(len(entries))])
 
-    def decode_sequences(self, entries: Sequence[tuple[int, int, int, bool]]) -> np.ndarray:
-        """One llama_decode over (token, position, sequence, wants_logits) entries of several sequences at once.
+    def decode_sequences(self, entries: Sequence[Entry], fork: TreeFork | None = None) -> np.ndarray:
+        """One llama_decode over the entries of several sequences at once, and a tree's second branch where `fork` says.
 
         The batch scheduler's pass: every slot's tokens under its own sequence id, each placed at the end of what its
-        sequence holds (`cells`). Returns a row per entry that wants logits, in entry order: a view valid until the
-        next decode.
+        sequence holds (`cells`). A fork's sequence first borrows its slot's whole cache (a unified cache only tags the
+        cells); the slot's tokens before the split go in both sequences, its tokens past it in its own, and the fork's
+        branch in the fork's, right after the slot's entries, so each branch attends to the context and its own tokens,
+        never the other's; `settle_tree` keeps one. Returns a row per entry that wants logits (a fork's: every one), in
+        that order: a view valid until the next decode.
         """
-        placed = [(token, pos, (seq,)) for token, pos, seq, _ in entries]
-        rows = self._decode_entries(placed, [wants for *_, wants in entries])
+        placed: list[tuple[int, int, tuple[int, ...]]]
+        if fork is None:
+            placed = [(token, pos, (seq,)) for token, pos, seq, _ in entries]
+            wants = [entry.logits for entry in entries]
+        else:
+            placed, wants = self._fork_entries(entries, fork)
+        rows = self._decode_entries(placed, wants)
         self.cells.placed(placed)
         if self.memory is not MemoryKind.ATTENTION:  # what each sequence may drop next (memory.py)
-            for seq, n in Counter(seq for _, _, seq, _ in entries).items():
+            for seq, n in Counter(entry.seq for entry in entries).items():
                 self.sequences.last_pass[seq] = n
         return rows
+
+    def _fork_entries(self, entries: Sequence[Entry], fork: TreeFork) -> tuple[list[tuple[int, int, tuple[int, ...]]], list[bool]]:
+        if self.n_seq <= fork.into or not self.forks:
+            raise EngineError(f"{self.role} model holds no sequence past its slots', or a recurrent state; a tree draft needs one more "
+                              "sequence of an attention cache (ensure_sequences).")
+        llama_cpp.llama_memory_seq_cp(self._memory, fork.seq, fork.into, -1, -1)
+        self.cells.share(fork.seq, fork.into, len(self.cells.tokens[fork.seq]))
+        placed: list[tuple[int, int, tuple[int, ...]]] = []
+        wants: list[bool] = []
+        last = max(i for i, entry in enumerate(entries) if entry.seq == fork.seq)
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            placed.append((token, pos, (seq, fork.into) if seq == fork.seq and pos < fork.split else (seq,)))
+            wants.append(logits)
+            if i == last:
+                placed += [(token, fork.split + j, (fork.into,)) for j, token in enumerate(fork.tokens)]
+                wants += [True] * len(fork.tokens)
+        return placed, wants
 
     def forget(self, seq: int, from_pos: int = 0) -> int:
         """Drop sequence `seq`'s tokens from position `from_pos` on: the one rollback, of a rejected draft or of a cache

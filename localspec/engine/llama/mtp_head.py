@@ -13,6 +13,8 @@ keys and values, and the cells a pass frees and fills again at the same position
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
@@ -61,7 +63,7 @@ class MtpHead(HeadContext):
         if self.n_heads > 1:
             llama_cpp_ext.llama_set_nextn_layer_offset(self._ctx, index)
 
-    def target_rows(self, n: int) -> np.ndarray:
-        """The target's hidden rows of its last pass, one per entry in entry order: a view valid until its next pass."""
+    def token_rows(self, n_entries: int, picked: Sequence[int]) -> np.ndarray:
+        """The target's hidden rows of its last pass (of `n_entries` entries) at the `picked` entries (copies)."""
         pointer = llama_cpp_ext.llama_get_embeddings_nextn(self._target_ctx)
-        return np.ctypeslib.as_array(pointer, shape=(n, self.n_embd))
+        return np.ctypeslib.as_array(pointer, shape=(n_entries, self.n_embd))[list(picked)]

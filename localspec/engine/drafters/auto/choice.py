@@ -4,28 +4,44 @@ statistics share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import ClassVar
+
+from localspec.engine.drafters.registry import DRAFTERS
 
 
-class Source(StrEnum):
-    """What drafts a step's tokens: its value is the name the statistics give it."""
+class Source(str):
+    """What drafts a step's tokens, by the name the statistics give it: a registry row's (plain, lookup, the draft model,
+    the hybrid, a head: any row marked an auto source) or the grammar's forced text. One object per name, so sources
+    compare with `is` as enum members do; a source the registry gains is one with no edit here."""
 
-    NONE = "none"  # plain decoding: nothing is drafted
-    NGRAM = "ngram"  # prompt lookup
-    MODEL = "model"  # the draft model
-    MTP = "mtp"  # the target's MTP head, where the target carries one and no draft model is loaded
-    EAGLE3 = "eagle3"  # an EAGLE-3 head, where the pair's draft is one
-    HYBRID = "hybrid"  # a lookup run's first tokens, then the draft model from their end
-    GRAMMAR = "grammar"  # the text a grammar forces, drafted ahead of any other source's tokens (engine/grammar.py)
+    NONE: ClassVar[Source]  # plain decoding: nothing is drafted
+    NGRAM: ClassVar[Source]  # prompt lookup
+    MODEL: ClassVar[Source]  # the draft model (of the target's tokenizer, or drafting through text)
+    HYBRID: ClassVar[Source]  # a lookup run's first tokens, then the draft model from their end
+    GRAMMAR: ClassVar[Source]  # the text a grammar forces, drafted ahead of any other source's tokens (engine/grammar.py)
+    MTP: ClassVar[Source]  # the target's MTP head
+    EAGLE3: ClassVar[Source]  # an EAGLE-3 head
+    _named: ClassVar[dict[str, Source]] = {}
+
+    def __new__(cls, name: str) -> Source:
+        source = cls._named.get(name)
+        if source is None:
+            source = cls._named[name] = super().__new__(cls, name)
+        return source
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
 
     @property
     def display_name(self) -> str:
         """The source as a person reads it (the app's panel, generate's summary)."""
-        return DISPLAY_NAMES[self]
+        row = DRAFTERS.get(self.value)
+        return row.shown if row is not None else self.value
 
 
-DISPLAY_NAMES = {Source.NONE: "plain", Source.NGRAM: "lookup", Source.MODEL: "draft model", Source.MTP: "MTP head",
-                 Source.EAGLE3: "EAGLE-3 head", Source.HYBRID: "lookup+model", Source.GRAMMAR: "grammar"}
+for _name in ("NONE", "NGRAM", "MODEL", "HYBRID", "GRAMMAR", "MTP", "EAGLE3"):
+    setattr(Source, _name, Source(_name.lower()))
 
 
 def label_source(label: str) -> Source:
@@ -62,8 +78,8 @@ class Choice:
 
     @property
     def model_k(self) -> int:
-        """The model's share of the draft (all of it for the draft model or the head, the rest after the lookup for a hybrid)."""
-        return self.k - self.lookup_k if self.source in (Source.MODEL, Source.MTP, Source.EAGLE3, Source.HYBRID) else 0
+        """The model's share of the draft (all of it for a model source, the rest after the lookup for a hybrid; none for plain or lookup)."""
+        return 0 if self.source is Source.NONE or self.source is Source.NGRAM else self.k - self.lookup_k
 
 
 PLAIN = Choice(Source.NONE, 0, 1.0)

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.agreement import AgreementModel, ShadowRun
@@ -27,14 +25,12 @@ from localspec.engine.drafters.auto.choice import PLAIN, Choice, Source
 from localspec.engine.drafters.auto.confidence import ConfidenceClasses, TargetConfidence
 from localspec.engine.drafters.auto.exploration import ExplorationBudget
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
-from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSetting, DraftSources, Measured, NewSession, Observation, StepCost, TargetPass, TargetRow
 from localspec.engine.drafters.bridged import BridgedDrafter
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
-from localspec.engine.drafters.eagle3 import Eagle3Drafter
 from localspec.engine.drafters.head_drafter import HeadDrafter
-from localspec.engine.drafters.mtp import MtpDrafter
 from localspec.engine.drafters.ngram import Lookup, Lookups
-from localspec.engine.llama.mtp_head import mtp_layers
+from localspec.engine.drafters.registry import AUTO_SOURCES, DrafterSpec, PairParts, Part
 from localspec.engine.pass_costs import CostTable, PassCosts, calibrate, passes_timed, progress, time_passes
 from localspec.engine.tuning import CALIBRATION_REPEATS, CALIBRATION_SIZES
 
@@ -73,13 +69,18 @@ class AutoDrafter(Drafter):
         self.lookups = lookups or Lookups()
         # the policy and what it learns, kept across requests
         self.planner = Planner(costs, model is not None, source, Source(head.name) if head is not None else None,
-                               {source: drafter.chained_heads for source, drafter in self.drafting.items() if drafter.chained_heads})
+                               {source: drafter.chained_heads for source, drafter in self.drafting.items()
+                                if isinstance(drafter, HeadDrafter) and drafter.chained_heads})
         self._answers: dict[int, _Answer] = {}
         self._drafting_ms = 0.0  # this step's draft-model passes, which the planner prices apart from the step's overhead
 
-    @property
-    def bridge_ns(self) -> int:
-        return sum(drafter.bridge_ns for drafter in self.drafting.values())
+    def measured(self) -> Measured:
+        """Its sources' own work, and the costs it prices steps with."""
+        ns: dict[str, int] = {}
+        for drafter in self.drafting.values():
+            for name, spent in drafter.measured().ns.items():
+                ns[name] = ns.get(name, 0) + spent
+        return Measured(ns, self.costs)
 
     def _answer(self, seq: int) -> _Answer:
         answer = self._answers.get(seq)
@@ -118,18 +119,14 @@ class AutoDrafter(Drafter):
     def exploration(self) -> ExplorationBudget:
         return self.planner.exploration
 
-    def begin(self, seq: int, prompt: Sequence[int]) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
         self.lookups[seq].start(prompt)
         for drafter in self.drafting.values():
-            drafter.begin(seq, prompt)
+            drafter.begin(seq, prompt, conversation)
         answer = self._answer(seq)
         answer.shadows, answer.choice, answer.drafted, answer.forced = [], PLAIN, None, 0
         answer.belief.new_answer()
         self.planner.start_answer()
-
-    def converse(self, seq: int, conversation: Sequence[Mapping[str, Any]]) -> None:
-        for drafter in self.drafting.values():
-            drafter.converse(seq, conversation)
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:
         answers = [self._answer(ask.seq) for ask in asks]
@@ -186,20 +183,19 @@ class AutoDrafter(Drafter):
         for drafter in self.drafting.values():
             drafter.accept(seq, tokens)
 
-    def target_read(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
-        for drafter in self.drafting.values():
-            drafter.target_read(entries)
-
-    def observe_target(self, seq: int, row: np.ndarray) -> None:
-        self._answer(seq).belief.observe_target(row)
-
-    def observe_step(self, n_verified: int, verify_ms: float, outside_ms: float) -> None:
-        """Learn the verify cost, and what a step costs besides its passes, whatever it drafts."""
-        self.planner.observe_verify(n_verified, verify_ms)
-        self.planner.observe_overhead(max(0.0, outside_ms - self._drafting_ms))
-
-    def forget_requests(self) -> None:
-        self.lookups.forget_requests()
+    def observe(self, seen: Observation) -> None:
+        """The target's rows teach each answer's confidence; a step's cost teaches the verify cost, and what a step costs
+        besides its passes, whatever it drafts; the rest is its sources' (a head reads the target's passes)."""
+        if isinstance(seen, TargetRow):
+            self._answer(seen.seq).belief.observe_target(seen.row)
+        elif isinstance(seen, StepCost):
+            self.planner.observe_verify(seen.n_verified, seen.verify_ms)
+            self.planner.observe_overhead(max(0.0, seen.outside_ms - self._drafting_ms))
+        elif isinstance(seen, NewSession):
+            self.lookups.forget_requests()
+        elif isinstance(seen, TargetPass):  # not a PromptRead: a source reads the prompt only once asked to draft
+            for drafter in self.drafting.values():
+                drafter.observe(seen)
 
     def end(self, seq: int) -> None:
         """Keep what this answer taught about the costs for the next run."""
@@ -214,39 +210,44 @@ class AutoDrafter(Drafter):
 
 
 def build(sources: DraftSources) -> Drafter:
-    # The costs come from the cache when this pair ran on this machine before; else a few target passes time them
-    # now. The draft model reads the prompt only if auto picks it: where it never pays, the first token does not
-    # wait for a draft prefill. A head's passes (EAGLE-3, MTP) are timed at each load: the cache is keyed by the
-    # target and draft files, and a head is neither. Several slots share the loop's costs, timed at batch sizes, and
-    # keep them to themselves.
-    head: HeadDrafter | None = None
-    if sources.eagle3 is not None:
-        head = Eagle3Drafter(sources.target, sources.eagle3)
-    elif mtp_layers(sources.target):
-        head = MtpDrafter(sources.target)
+    # auto drafts with the registry's sources that the pair offers the parts of (a row whose parts one taken already
+    # drafts with adds nothing: bridged beside model), a draft model first: it is priced by costs.draft, with the target's
+    # passes and kept in the cost cache when it ran on this machine before; a head beside it by costs.head, timed at each
+    # load (the cache is keyed by the target and draft files, and a head is neither). A draft model reads the prompt only
+    # if auto picks it (observe): where it never pays, the first token does not wait for a draft prefill. Several slots
+    # share the loop's costs, timed at batch sizes, and keep them to themselves.
+    parts, setting = PairParts(sources.offers), sources.setting
+    rows: list[DrafterSpec] = []
+    for row in AUTO_SOURCES:
+        if not parts.lacks(row) and not any(row.requires <= taken.requires for taken in rows):
+            rows.append(row)
+    rows.sort(key=lambda row: not row.needs_draft_model)
+    drafting = [_source(row.build(sources)) for row in rows]
+    model, head = (drafting + [None, None])[:2]
+    draft_model = sources.part(Part.DRAFT_MODEL) if rows and rows[0].needs_draft_model else None
     lookups = Lookups(ends_answer=sources.target.vocab.is_eog)
     costs_file = None
-    if sources.batch_costs is not None:
-        costs = sources.batch_costs
+    if setting.batch_costs is not None:
+        costs = setting.batch_costs
     else:
-        if sources.cost_cache_dir and (head is None or sources.draft is not None):
-            costs_file = cost_cache.cache_file(sources.cost_cache_dir, sources.target, sources.draft)
-        costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, sources.draft,
-                                                                                  on_stage=sources.report)
-    if head is not None and sources.draft is None:
-        if not costs.has_draft:  # the head drafts alone: its passes, timed as a draft model's are
-            costs.draft = _time_head(head, sources)
-        return AutoDrafter(costs, head, lookups, costs_file=costs_file)
-    draft: ModelDrafter | BridgedDrafter | None = None
-    if sources.draft is not None:  # a draft of another tokenizer drafts through text, priced as the draft model it is
-        draft = (BridgedDrafter(sources.target, sources.draft, lazy_start=True) if sources.tokenizers_differ
-                 else ModelDrafter(sources.draft, lazy_start=True))
-    if head is not None and costs.head is None:  # beside the draft model: its own table, timed at each load
-        costs.head = _time_head(head, sources)
-    return AutoDrafter(costs, draft, lookups, costs_file=costs_file, head=head)
+        if setting.cost_cache_dir and (model is None or draft_model is not None):
+            costs_file = cost_cache.cache_file(setting.cost_cache_dir, sources.target, draft_model)
+        costs = (cost_cache.load(costs_file) if costs_file else None) or calibrate(sources.target, draft_model, on_stage=setting.report)
+    if isinstance(model, HeadDrafter) and not costs.has_draft:  # a head drafts first: its passes, timed as a draft model's are
+        costs.draft = _time_head(model, setting)
+    if isinstance(head, HeadDrafter) and costs.head is None:  # beside the draft model: its own table, timed at each load
+        costs.head = _time_head(head, setting)
+    return AutoDrafter(costs, model, lookups, costs_file=costs_file, head=head if isinstance(head, HeadDrafter) else None)
 
 
-def _time_head(head: HeadDrafter, sources: DraftSources) -> PassCosts:
+def _source(drafter: Drafter) -> ModelDrafter | BridgedDrafter | HeadDrafter:
+    """A registry source as auto drives it: it drafts for DraftOrders and tells its passes' costs."""
+    if not isinstance(drafter, ModelDrafter | BridgedDrafter | HeadDrafter):
+        raise TypeError(f"the {drafter.name} drafter is marked an auto source but drafts no DraftOrder")
+    return drafter
+
+
+def _time_head(head: HeadDrafter, setting: DraftSetting) -> PassCosts:
     view = head.timing_view()
-    tick = progress(sources.report, "the draft head's", passes_timed(view, CALIBRATION_SIZES, CALIBRATION_REPEATS))
+    tick = progress(setting.report, "the draft head's", passes_timed(view, CALIBRATION_SIZES, CALIBRATION_REPEATS))
     return time_passes(view, CALIBRATION_SIZES, CALIBRATION_REPEATS, tick)
