@@ -22,7 +22,7 @@ from localspec.session.history import History
 from localspec.session.settings import Settings, save_settings
 from localspec.tui.app import LocalspecApp
 from localspec.tui.settings_screen import SettingsScreen
-from tests.test_app import answers, ask, local_pair, slowed_generate, wait_for
+from tests.app_pilot import answers, ask, local_pair, slowed_generate, wait_for
 
 
 async def drive(root: Path, target: Path, draft: Path, endpoint: str, server_pid: int) -> dict:

@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -38,6 +39,9 @@ from localspec.hub.config import HubConfig  # noqa: E402
 from tests import real_pair  # noqa: E402
 from tests.hub_server import LoopbackHub  # noqa: E402
 from tests.tiny_models import TinySpec, write_tiny_model  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.app_pilot import Setup
 
 TINY_SPECS = {
     "target": TinySpec(seed=1),
@@ -124,6 +128,14 @@ def hub_env(tmp_path: Path, hub: LoopbackHub) -> dict[str, str]:
         XDG_STATE_HOME=str(tmp_path / "state"),
     )
     return env
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    """A fresh catalog, history and settings for the real app (tests/app_pilot.py), with a hub it never reaches."""
+    from tests.app_pilot import Setup  # here, so that only the tests that drive the app import it (and Textual)
+
+    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
 
 
 @pytest.fixture

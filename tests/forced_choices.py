@@ -1,7 +1,7 @@
 """auto (and the batch planner) with the choice pinned to the hybrid option, so tests can run that path on every step it
 can take.
 
-The choice itself is tested on its own (tests/test_drafters.py); what this exercises is everything after it:
+The choice itself is tested on its own (tests/test_auto_planner.py, tests/test_batch_planner.py); what this exercises is everything after it:
 the lookup tokens, the draft model continuing from their end, verification and the rollback, on real models.
 """
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -19,8 +16,7 @@ import pytest
 from localspec.engine.decode import Decoder
 from localspec.hub.config import HubConfig
 from localspec.session.history import History
-from localspec.session.settings import Settings, save_settings
-from localspec.tui.app import LocalspecApp
+from localspec.session.settings import Settings
 from localspec.tui.conversation_list import ConversationList
 from localspec.tui.dialogs import ConfirmDialog
 from localspec.tui.download_dialog import DownloadDialog, DownloadView
@@ -30,66 +26,10 @@ from localspec.tui.prompt_input import PromptInput
 from localspec.tui.settings_screen import SettingsScreen
 from localspec.tui.stats_panel import StatsPanel
 from tests import arch_models, mtp_models
+from tests.app_pilot import Setup, answers, ask, local_pair, read_whole, run_async, slowed_generate, wait_for
 from tests.hub_server import Fault, LoopbackHub
 from tests.lossless import plain_text
 from tests.tiny_models import CHAT_TEMPLATE
-
-
-def local_pair(pair_id: str, target: Path, draft: Path) -> str:
-    return f'[[pair]]\nid = "{pair_id}"\ntitle = "Pair {pair_id}"\n[pair.target]\npath = "{target}"\n[pair.draft]\npath = "{draft}"\n'
-
-
-def run_async(test):  # type: ignore[no-untyped-def]
-    """Run an async test on a fresh event loop, without a pytest plugin."""
-
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
-
-
-class Setup:
-    def __init__(self, root: Path, hub_config: HubConfig) -> None:
-        self.root = root
-        self.catalog = root / "models.toml"
-        self.history = root / "history.sqlite3"
-        self.settings = root / "settings.json"
-        self.hub_config = hub_config
-
-    def write(self, catalog_text: str, **settings: object) -> Setup:
-        self.catalog.write_text(catalog_text)
-        save_settings(Settings(**settings), self.settings)  # type: ignore[arg-type]
-        return self
-
-    def app(self) -> LocalspecApp:
-        return LocalspecApp(self.hub_config, self.history, self.settings, self.catalog)
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Setup:
-    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
-
-
-async def wait_for(pilot, predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for the app"
-        await pilot.pause(0.05)
-
-
-def answers(app: LocalspecApp) -> list[MessageView]:
-    return [v for v in app.query(MessageView) if v.role == "assistant"]
-
-
-async def ask(pilot, app: LocalspecApp, text: str) -> MessageView:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: app.loaded is not None)
-    before = len(answers(app))
-    app.query_one("#prompt").focus()
-    await pilot.press(*text)
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: len(answers(app)) > before and app.streaming is None)
-    return answers(app)[-1]
 
 
 @run_async
@@ -129,21 +69,6 @@ async def test_the_app_drafts_with_the_targets_mtp_head_and_shows_its_acceptance
         snapshot = app.query_one(StatsPanel).last_snapshot
         assert snapshot is not None and snapshot.acceptance_answer == 1.0
         assert snapshot.acceptance_by_position and all(rate == 1.0 for rate in snapshot.acceptance_by_position)
-
-
-def slowed_generate(n_tokens: int, seconds_per_token: float = 0.02):  # type: ignore[no-untyped-def]
-    """The real decoder's generate, slowed after `n_tokens` to one token per `seconds_per_token` until the user
-    cancels: a key press (or a killed server) then always lands mid-answer, however fast the machine decodes (the
-    tiny pair can otherwise finish thousands of tokens between two polls of the test)."""
-    generate = Decoder.generate
-
-    def slowed(self, prompt, config, cancel=None):  # type: ignore[no-untyped-def]
-        for i, event in enumerate(generate(self, prompt, config, cancel)):
-            if i >= n_tokens and cancel is not None:
-                cancel.wait(seconds_per_token)
-            yield event
-
-    return slowed
 
 
 def slow_after(monkeypatch: pytest.MonkeyPatch, n_tokens: int) -> None:
@@ -277,44 +202,6 @@ async def test_conversations_switch_and_survive_a_restart(setup: Setup, tiny):
         assert [v.text for v in app.query(MessageView)][0] == "second question"
 
 
-def test_a_killed_app_keeps_the_prompt_and_the_streamed_text(tmp_path):
-    history = History(tmp_path / "h.sqlite3")
-    conversation = history.create()
-    history.add_user_message(conversation.id, "question")
-    answer = history.start_answer(conversation.id, "tiny", {"max_tokens": 5})
-    history.save_partial(answer, "half an ans", [("accepted", 4), ("correction", 7)])
-    del history  # no finish_answer: the process died here
-    reopened = History(tmp_path / "h.sqlite3")
-    user, assistant = reopened.messages(conversation.id)
-    assert user.content == "question"
-    assert (assistant.content, assistant.status, assistant.provenance) == ("half an ans", "interrupted", [("accepted", 4), ("correction", 7)])
-
-
-def test_history_schema_is_versioned(tmp_path):
-    import sqlite3
-
-    from localspec.session.history import MIGRATIONS
-
-    path = tmp_path / "h.sqlite3"
-    version_1 = sqlite3.connect(path)  # a history written by the first schema, with an answer in it
-    version_1.executescript(f"BEGIN; {MIGRATIONS[0]}; PRAGMA user_version = 1; COMMIT;")
-    version_1.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES ('old', 0, 0)")
-    version_1.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'kept', 0)")
-    version_1.commit()
-    version_1.close()
-    upgraded = History(path)
-    assert [m.content for m in upgraded.messages(1)] == ["kept"] and upgraded.saving
-    upgraded.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 3
-    sqlite3.connect(path).execute("PRAGMA user_version = 99")
-
-    newer = History(path)  # refused, never damaged: the session runs in memory and says why
-    assert not newer.saving and "written by a newer localspec" in (newer.open_problem or "")
-    newer.create("this session")
-    newer.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 99
-
-
 @run_async
 async def test_download_through_the_loopback_hub_with_progress(setup: Setup, tiny, hub: LoopbackHub):
     for name in ("target", "near"):
@@ -407,40 +294,6 @@ async def test_tint_toggles_between_provenance_and_markdown(setup: Setup, tiny):
         await pilot.press("ctrl+t")
         assert view.query_one(".message-tint").display and not view.query_one("Markdown").display
         assert json.loads(setup.settings.read_text())["tint_accepted"] is True
-
-
-def wait_for_screen(session: str, text: str, timeout: float = 120.0) -> str:
-    """The tmux pane once it shows `text`, or as it is when `timeout` seconds have passed (a slow machine gets time)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        screen = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
-        if text in screen or time.monotonic() > deadline:
-            return screen
-        time.sleep(0.1)
-
-
-def test_the_app_answers_in_a_real_terminal(tmp_path, tiny):
-    """tmux: the installed command starts, takes a prompt from the keyboard, and answers."""
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is needed for this test: apt-get install tmux")
-    config = tmp_path / "config" / "localspec"
-    config.mkdir(parents=True)
-    (config / "models.toml").write_text('default = "tiny"\n' + local_pair("tiny", tiny["target"], tiny["same"]))
-    # An identical draft: every token accepted, on any machine, since the answer is clear of near-ties.
-    (config / "settings.json").write_text(json.dumps({"drafter": "model", "max_tokens": 24}))
-    plain_text(tiny["target"], "hello", 24)
-    env = f"XDG_CONFIG_HOME={tmp_path / 'config'} XDG_DATA_HOME={tmp_path / 'data'} XDG_STATE_HOME={tmp_path / 'state'}"
-    session = f"localspec-test-{tmp_path.name}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30",
-                    f"env {env} {sys.executable} -m localspec"], check=True)
-    try:
-        screen = wait_for_screen(session, "layers on GPU")  # the device line appears once the pair is loaded
-        assert "layers on GPU" in screen, screen
-        subprocess.run(["tmux", "send-keys", "-t", session, "hello", "Enter"], check=True)
-        screen = wait_for_screen(session, "100.0% answer")
-        assert "Assistant" in screen and "100.0% answer" in screen and "tok/s" in screen, screen
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
 
 
 @run_async
@@ -589,223 +442,3 @@ async def test_storage_that_stops_taking_writes_mid_chat_loses_nothing(setup: Se
         await wait_for(pilot, lambda: not app.is_running)
     stored = History(setup.history)  # the session was written back as the app quit
     assert [m.content for m in stored.messages(stored.conversations()[0].id)][-2:] == ["the quick brown fox", second.text]
-
-
-def read_whole(widget) -> str:  # type: ignore[no-untyped-def]
-    """The text a widget shows, after checking that none of it runs past the screen's edge (where it would be cut)."""
-    assert widget.region.right <= widget.screen.region.right and widget.region.x >= 0, (widget, widget.region)
-    return " ".join(" ".join(strip.text.split()) for strip in widget.render_lines(widget.region.reset_offset)).strip()
-
-
-@run_async
-async def test_every_dialog_and_notice_reads_whole_at_80_by_24(setup: Setup, tiny):
-    """At 80x24 the first-run question read "...is not downlo", and the add-pair form's intro and errors were cut."""
-    from textual.widgets import DataTable, Label, Select
-
-    from localspec.tui.models_screen import AddPairDialog
-    from tests.test_models_cli import tiny_pair
-
-    hub_pair = tiny_pair("tiny-hub", "target", "near").replace('title = "Tiny tiny-hub"', 'title = "Qwen2.5-Coder 1.5B Instruct with its 0.5B draft"')
-    setup.write(hub_pair + local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny-hub")
-    app = setup.app()
-    async with app.run_test(size=(80, 24), notifications=True) as pilot:  # toasts drawn, to be read
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
-        question = read_whole(app.screen.query_one(Label))
-        assert question.endswith("is not downloaded yet (size unknown). Download it now?") and question.startswith("Qwen2.5-Coder 1.5B")
-        await pilot.press("y")  # the hub is unreachable here: the notice says how to use local files instead
-        await wait_for(pilot, lambda: any("F2, then a" in n.message for n in app._notifications))
-        assert any(n.message.startswith("Cannot reach the hub") for n in app._notifications)
-        from textual.widgets._toast import Toast
-
-        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
-        await wait_for(pilot, lambda: any("F2, then" in read_whole(toast) for toast in app.screen.query(Toast)))
-        shown = " ".join(" ".join(read_whole(toast) for toast in app.screen.query(Toast)).replace("▌", " ").split())  # wrapped, inside
-        assert "GGUF files already on this machine can be added as a pair: F2, then a." in shown
-        await pilot.press("f2")
-        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
-        title = read_whole(app.screen.query_one(".title"))
-        assert title.startswith("Models: Enter uses") and title.endswith("a adds your own")
-        table = app.screen.query_one(DataTable)
-        local_row = table.get_row("tiny")
-        size = tiny["target"].stat().st_size + tiny["near"].stat().st_size
-        assert local_row[3] != "?" and local_row[3].split()[0] in (f"{size / 1000:.1f}", f"{size / 1e6:.1f}")  # its real size
-
-        await pilot.press("a")
-        await wait_for(pilot, lambda: isinstance(app.screen, AddPairDialog))
-        intro = read_whole(app.screen.query_one(Label))
-        assert intro.endswith("or OWNER/REPO/FILE.gguf on the hub.")
-        await pilot.press(*"mine", "tab", *"Mine", "tab", *"owner/model.gguf", "tab", *str(tiny["near"]), "enter")  # Enter saves
-        error = app.screen.query_one("#add-error")
-        await wait_for(pilot, lambda: bool(read_whole(error)))
-        assert read_whole(error).endswith("is neither a local .gguf path nor OWNER/REPO/FILE.gguf.")
-        await pilot.press("escape", "escape")
-        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
-
-        await pilot.press("f3")  # opens with the first field focused
-        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
-        assert isinstance(app.focused, Select) and app.focused.id == "drafter"
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
-
-
-def fully_shown(widget) -> bool:  # type: ignore[no-untyped-def]
-    """Every cell of the widget is on screen: not below the screen's edge, and not clipped by a container around it (at
-    80x24 the add-pair form's buttons lay inside the screen, but its dialog cut them to their top edges)."""
-    geometry = widget.screen.find_widget(widget)
-    return geometry.region.intersection(geometry.clip) == geometry.region and geometry.region.bottom <= widget.screen.size.height
-
-
-@pytest.mark.parametrize("size", [(80, 24), (50, 15)])
-@run_async
-async def test_every_dialog_keeps_its_buttons_and_hints_readable_and_the_footer_shows_help_and_settings(setup: Setup, tiny, size):
-    """Issue 47: at 80x24 the settings' and help's buttons were below the screen (help could not be scrolled by keys), and
-    the footer's F1 and F3 fell off its end. Issue 56: the add-pair form's buttons were cut by the dialog, and every
-    settings hint was cut mid-sentence (a placeholder), at 80 and at 120 columns."""
-    from textual.widgets import Button, Footer, Label
-
-    from localspec.tui.dialogs import HelpScreen
-    from localspec.tui.models_screen import AddPairDialog
-    from localspec.tui.settings_screen import FORM
-
-    setup.write(local_pair("tiny", tiny["target"], tiny["near"]), last_pair="tiny", max_tokens=8)
-    width, height = size
-    app = setup.app()
-    async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: app.loaded is not None)
-        assert app.query_one(PromptInput).placeholder.startswith("Ask something. Enter sends")  # the box says what it is for
-        assert "No answer yet" not in str(app.query_one(StatsPanel).render())  # it read wrong beside a reopened chat
-        await wait_for(pilot, lambda: bool(app.query_one(Footer).query("FooterKey")))  # the footer composes its keys after a refresh
-        keys = {key.key: key.region for key in app.query_one(Footer).query("FooterKey")}
-        if width == 80:
-            assert {"f1", "f2", "f3", "escape", "ctrl+q"} <= keys.keys()
-            shown = sorted(keys.values(), key=lambda region: region.x)
-            assert all(region.right <= 80 for region in shown) and all(a.right <= b.x for a, b in zip(shown, shown[1:])), keys
-        await pilot.press("f2")  # the models screen's Esc goes back, and its footer says so (it said "esc Stop")
-        await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
-        await pilot.pause()
-        assert [key.description for key in app.screen.query("FooterKey") if key.key == "escape"] == ["Back"]
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: len(app.screen_stack) == 1)
-        for opening, screen in ((("f3",), SettingsScreen), (("f2", "a"), AddPairDialog), (("f1",), HelpScreen)):
-            await pilot.press(*opening)
-            await wait_for(pilot, lambda screen=screen: isinstance(app.screen, screen))
-            await pilot.pause()
-            buttons = list(app.screen.query(Button))
-            assert buttons and all(fully_shown(b) and b.region.right <= width for b in buttons), \
-                (screen.__name__, [(str(b.label), b.region) for b in buttons])
-            if screen is SettingsScreen:  # each hint whole, once scrolled to
-                hints = list(app.screen.query(".hint").results(Label))
-                # whole, however it wraps (at 50 columns a word may fold mid-way)
-                assert ["".join(read_whole(hint).split()) for hint in hints] == ["".join(text.split()) for _, _, text in FORM if text]
-                for hint in hints:
-                    hint.scroll_visible(animate=False, immediate=True)
-                    await pilot.pause()
-                    assert fully_shown(hint), read_whole(hint)
-            if screen is HelpScreen:  # focused on its text: the keys scroll it
-                text = app.screen.query_one("#help-text")
-                assert app.focused is text and text.max_scroll_y > 0
-                await pilot.press("pagedown")
-                await wait_for(pilot, lambda text=text: text.scroll_y > 0)
-            while len(app.screen_stack) > 1:
-                await pilot.press("escape")
-                await pilot.pause()
-
-
-@run_async
-async def test_at_80x24_code_headers_and_the_device_line_wrap_instead_of_being_cut(setup: Setup, tiny):
-    """Issue 47: at 80x24 a code block's long lines ran out of sight (scrolled sideways with no scrollbar), and an
-    answer's header and the device line were cut at the edge."""
-    from textual.widgets import Label
-    from textual.widgets._markdown import MarkdownFence
-
-    pair_id = "tiny-pair-with-a-rather-long-name"
-    setup.write(local_pair(pair_id, tiny["target"], tiny["near"]), last_pair=pair_id, max_tokens=8)
-    history = History(setup.history)
-    conversation = history.create("code")
-    history.add_user_message(conversation.id, "show code")
-    answer = history.start_answer(conversation.id, pair_id, Settings().generation_dict())
-    code = "Here:\n\n```python\ndef a_function_with_a_long_name(argument_one, argument_two, argument_three, argument_four):\n" \
-           "    return argument_one + argument_two + argument_three + argument_four\n```\n"
-    history.finish_answer(answer, code, "complete", {"predicted_n": 40, "predicted_ms": 1000.0, "predicted_per_second": 40.0,
-                                                     "draft_n": 20, "draft_n_accepted": 15}, [])
-    history.close()
-    app = setup.app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.loaded is not None)
-        await pilot.pause(0.3)
-        fences = list(app.query(MarkdownFence))
-        assert fences and all(fence.max_scroll_x == 0 for fence in fences)  # nothing out of sight sideways
-        header = next(v for v in answers(app)).query_one(".message-header", Label)
-        assert "75% accepted" in str(header.render()) and header.size.height >= 2  # wrapped, not cut
-        device = app.query_one("#device")
-        await wait_for(pilot, lambda: len(str(device.render())) > 80)
-        await wait_for(pilot, lambda: device.size.height >= 2, timeout=5)
-
-
-def test_sigterm_mid_answer_gives_the_terminal_back_and_keeps_the_answer(tmp_path, real_models):
-    """Issue 56: SIGTERM while an answer streamed exited 143 with the terminal left in the alternate screen with mouse
-    reporting on, until `reset`. The app now closes as Ctrl+Q does, and still exits 128 + 15."""
-    import fcntl
-    import os
-    import pty
-    import signal
-    import struct
-    import termios
-
-    config = tmp_path / "config" / "localspec"
-    config.mkdir(parents=True)
-    target = real_models[1]  # the 0.5B model: an answer of hundreds of tokens takes seconds, so the signal lands mid-answer
-    (config / "models.toml").write_text('default = "small"\n' + local_pair("small", target, target))
-    (config / "settings.json").write_text(json.dumps({"drafter": "none", "max_tokens": 2000}))
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data"),
-           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TERM": "xterm-256color"}
-    main, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    app = subprocess.Popen([sys.executable, "-m", "localspec"], stdin=terminal, stdout=terminal, stderr=terminal, env=env,
-                           start_new_session=True)
-    os.close(terminal)
-    screen = bytearray()
-
-    def read_all() -> None:
-        while True:
-            try:
-                chunk = os.read(main, 65536)
-            except OSError:  # the app closed its end
-                return
-            if not chunk:
-                return
-            screen.extend(chunk)
-
-    reader = threading.Thread(target=read_all, daemon=True)
-    reader.start()
-    history_file = tmp_path / "data" / "localspec" / "history.sqlite3"
-
-    def streamed() -> str:
-        if not history_file.exists():
-            return ""
-        with sqlite3.connect(history_file) as db:
-            row = db.execute("SELECT content FROM messages WHERE role = 'assistant' AND status = 'streaming'").fetchone()
-        return row[0] if row else ""
-
-    try:
-        while b"layers on GPU" not in screen:  # the device line: the pair is loaded
-            assert app.poll() is None, bytes(screen[-2000:])
-            time.sleep(0.1)
-        os.write(main, b"Write a long story about a lighthouse keeper.\r")
-        while len(streamed()) < 20:  # the answer is being written, and saved as it goes
-            assert app.poll() is None, bytes(screen[-2000:])
-            time.sleep(0.1)
-        before = len(screen)
-        app.send_signal(signal.SIGTERM)
-        assert app.wait(timeout=60) == 128 + signal.SIGTERM
-        reader.join(timeout=10)
-    finally:
-        app.kill()
-        os.close(main)
-    tail = bytes(screen[before:])
-    assert b"\x1b[?1049l" in tail, tail[-500:]  # out of the alternate screen
-    assert b"\x1b[?1000l" in tail and b"\x1b[?1006l" in tail, tail[-500:]  # mouse reporting off
-    assert b"\x1b[?25h" in tail  # the cursor shown again
-    with sqlite3.connect(history_file) as db:
-        (content,) = db.execute("SELECT content FROM messages WHERE role = 'assistant'").fetchone()
-    assert len(content) >= 20  # what was streamed is kept

@@ -5,11 +5,11 @@ from __future__ import annotations
 from localspec.engine.drafters.auto.choice import Source
 from localspec.session.history import History
 from localspec.tui.stats_panel import StatsPanel
-from tests.test_app import Setup, ask, local_pair, run_async, setup  # noqa: F401 (setup: the fixture)
+from tests.app_pilot import Setup, ask, local_pair, run_async
 
 
 @run_async
-async def test_the_panel_shows_autos_steps_and_tokens_by_source(setup: Setup, tiny):  # noqa: F811 (the fixture)
+async def test_the_panel_shows_autos_steps_and_tokens_by_source(setup: Setup, tiny):
     """Issue 75: the panel read "drafter auto · K=32" with no split of lookup, the draft model and plain, and its
     per-position rows were labelled "1" and "21" with nothing to say of what."""
     setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative"]), last_pair="tiny", max_tokens=200, drafter="auto")

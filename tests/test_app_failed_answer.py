@@ -3,20 +3,10 @@ llama.cpp with tiny generated models."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from localspec.hub.config import HubConfig
 from localspec.session.history import History
-from tests.test_app import Setup, answers, local_pair, run_async, wait_for
+from tests.app_pilot import Setup, answers, local_pair, run_async, wait_for
 
 REASON = "needs a draft with the target's tokenizer"
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Setup:
-    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
 
 
 @run_async

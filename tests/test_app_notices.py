@@ -6,19 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from localspec.hub.config import HubConfig
 from localspec.tui.models_screen import ModelsScreen
+from tests.app_pilot import Setup, answers, ask, local_pair, read_whole, run_async, wait_for
 from tests.conftest import cli
 from tests.gguf_files import finish
-from tests.test_app import Setup, answers, ask, local_pair, read_whole, run_async, wait_for
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Setup:
-    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
 
 
 def renamed_architecture(source: Path, path: Path, architecture: str) -> Path:

@@ -12,17 +12,9 @@ import time
 import tomllib
 from pathlib import Path
 
-import pytest
-
-from localspec.hub.config import HubConfig
 from localspec.session.history import History
+from tests.app_pilot import Setup, ask, local_pair, run_async, wait_for
 from tests.conftest import cli
-from tests.test_app import Setup, ask, local_pair, run_async, wait_for
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Setup:
-    return Setup(tmp_path, HubConfig("http://127.0.0.1:9", tmp_path / "hf", offline=False, token=False))
 
 
 def damage_pages(path: Path) -> None:

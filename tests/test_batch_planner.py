@@ -12,7 +12,7 @@ from localspec.engine.drafters.auto.planner import PLAIN, Choice, Planner, SlotO
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.pass_costs import CostTable, PassCosts
 from localspec.engine.tuning import CLASS_EDGES, EXPLORE_SHARE, MIN_PREFILL_CHUNK
-from tests.test_drafters import GPU_LIKE, asked_before
+from tests.drafting import CPU_LIKE, GPU_LIKE, asked_before
 
 # A target whose passes cost nearly the same up to 4 tokens, then grow with every token (a GPU, or a Q8 target on a CPU).
 CHEAP_TO_FOUR = {1: 10.0, 2: 11.0, 4: 13.0, 8: 40.0, 16: 80.0, 32: 160.0, 64: 320.0}
@@ -284,8 +284,6 @@ def test_where_no_draft_could_win_a_step_without_a_lookup_run_is_plain_as_the_fu
     """A lone slot with no lookup run, where the draft model could not beat plain decoding even with every token accepted,
     is planned without pricing each K (planner._model_may_win): the same choice and the same exploration budget as the
     full plan, on CPU-shaped, lumpy and GPU-shaped costs, with a draft that agreed and one never asked."""
-    from tests.test_drafters import CPU_LIKE
-
     shapes = [CPU_LIKE, (LUMPY_CPU, 25.0), (LUMPY_CPU, 5.0), GPU_LIKE, (CHEAP_TO_FOUR, 0.5), (CHEAP_TO_FOUR, 20.0)]
     shortcuts = 0
     for verify, draft_ms in shapes:

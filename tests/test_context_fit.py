@@ -11,7 +11,7 @@ from localspec.session.chat import load_pair, stream_answer
 from localspec.session.context_fit import fit_conversation
 from localspec.session.history import History
 from localspec.session.settings import Settings
-from tests.test_app import local_pair
+from tests.app_pilot import local_pair
 
 
 def long_conversation(turns: int) -> list[Message]:

@@ -33,12 +33,12 @@ from localspec.gguf.memory_kind import memory_kind
 from localspec.hub.config import HubConfig
 from localspec.machine.memory_plan import read_footprint
 from tests import arch_models, mtp_models
+from tests.app_pilot import Setup, local_pair, run_async, wait_for
 from tests.batch_runs import run_batch
 from tests.conftest import cli, run
 from tests.goodness_of_fit import fit_p_value
 from tests.live_server import live_server
 from tests.lossless import assert_lossless
-from tests.test_app import Setup, local_pair, run_async, wait_for
 from tests.test_sampling_distribution import N_SEEDS, SAMPLING, SIGNIFICANCE, exact_joint, sample_with_drafts
 
 HYBRIDS = ("qwen35", "lfm2", "nemotron_h")

@@ -12,8 +12,8 @@ import pytest
 
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.session import plain_speed
+from tests.app_pilot import Setup, ask, local_pair, run_async
 from tests.conftest import cli
-from tests.test_app import Setup, ask, local_pair, run_async, setup  # noqa: F401 (setup: the fixture)
 
 INFLATED = 1e7  # the record's "best" rewritten to a rate no machine reaches (a tiny model decodes at thousands a second)
 
@@ -69,7 +69,7 @@ def test_generate_warns_when_plain_decoding_runs_far_below_this_machines_best_an
 
 
 @run_async
-async def test_the_app_says_when_plain_decoding_runs_far_below_this_machines_best(setup: Setup, tiny, tmp_path, monkeypatch):  # noqa: F811
+async def test_the_app_says_when_plain_decoding_runs_far_below_this_machines_best(setup: Setup, tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the record (and the costs) of this test alone
     setup.write(local_pair("tiny", tiny["talkative"], tiny["talkative"]), last_pair="tiny", max_tokens=40, drafter="none")
     app = setup.app()

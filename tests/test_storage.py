@@ -180,3 +180,41 @@ def test_os_errors_get_advice_for_their_cause():
     assert os_error_advice(IsADirectoryError(errno.EISDIR, "Is a directory")) == "that path is a folder: give a file's path"
     assert "free some space" in os_error_advice(OSError(errno.ENOSPC, "No space left on device"))
     assert "read-only" in os_error_advice(OSError(errno.EROFS, "Read-only file system"))
+
+
+def test_a_killed_app_keeps_the_prompt_and_the_streamed_text(tmp_path):
+    history = History(tmp_path / "h.sqlite3")
+    conversation = history.create()
+    history.add_user_message(conversation.id, "question")
+    answer = history.start_answer(conversation.id, "tiny", {"max_tokens": 5})
+    history.save_partial(answer, "half an ans", [("accepted", 4), ("correction", 7)])
+    del history  # no finish_answer: the process died here
+    reopened = History(tmp_path / "h.sqlite3")
+    user, assistant = reopened.messages(conversation.id)
+    assert user.content == "question"
+    assert (assistant.content, assistant.status, assistant.provenance) == ("half an ans", "interrupted", [("accepted", 4), ("correction", 7)])
+
+
+def test_history_schema_is_versioned(tmp_path):
+    import sqlite3
+
+    from localspec.session.history import MIGRATIONS
+
+    path = tmp_path / "h.sqlite3"
+    version_1 = sqlite3.connect(path)  # a history written by the first schema, with an answer in it
+    version_1.executescript(f"BEGIN; {MIGRATIONS[0]}; PRAGMA user_version = 1; COMMIT;")
+    version_1.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES ('old', 0, 0)")
+    version_1.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'kept', 0)")
+    version_1.commit()
+    version_1.close()
+    upgraded = History(path)
+    assert [m.content for m in upgraded.messages(1)] == ["kept"] and upgraded.saving
+    upgraded.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 3
+    sqlite3.connect(path).execute("PRAGMA user_version = 99")
+
+    newer = History(path)  # refused, never damaged: the session runs in memory and says why
+    assert not newer.saving and "written by a newer localspec" in (newer.open_problem or "")
+    newer.create("this session")
+    newer.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 99

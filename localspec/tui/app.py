@@ -21,7 +21,6 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from localspec.catalog.models_toml import CatalogError, load_catalog
 from localspec.engine.chat import Message as ChatMessage
 from localspec.engine.chat import with_system
 from localspec.session.chat import conversation_counts
@@ -144,12 +143,6 @@ class LocalspecApp(PairControl, ConversationControl):
         """Every toast, broken between words and after a path's slashes (toast_text): Textual cut them mid-word."""
         super().notify(breakable(message, toast_text_width(self.size.width)), title=title, severity=severity, timeout=timeout,
                        markup=markup)
-
-    def reload_catalog(self) -> None:
-        try:
-            self.catalog = load_catalog(self.catalog_file)
-        except CatalogError as exc:
-            self.notify(f"{exc} Using the shipped pairs only.", severity="error", timeout=15)
 
     # --- chatting ------------------------------------------------------------------------------------
 

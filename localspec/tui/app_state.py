@@ -1,22 +1,26 @@
 """What the app knows, in one place: the pair, the conversation, the settings, what runs, and how settings are kept.
 
 LocalspecApp and its two mixins (PairControl, ConversationControl) all build on it, so each sees the same typed
-attributes and the type checker can follow them.
+attributes and the type checker can follow them. The screens see the app as an AppState (or a PairControl) too: they
+cannot import LocalspecApp, which imports them, so what they ask of the app besides opening a pair (reloading the
+catalog, starting or cancelling a download) is done here.
 """
 
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 
 from textual.app import App
 
 from localspec import paths
-from localspec.catalog.models_toml import Catalog, parse_catalog, shipped_catalog_text, user_catalog_path
+from localspec.catalog.models_toml import Catalog, CatalogError, load_catalog, parse_catalog, shipped_catalog_text, user_catalog_path
 from localspec.hub.config import HubConfig
 from localspec.session.chat import LoadedPair
 from localspec.session.history import History
 from localspec.session.settings import Settings, SettingsError, save_settings
+from localspec.tui import workers
 from localspec.tui.draw_pacer import DrawPacer
 from localspec.tui.message_view import MessageView
 
@@ -65,3 +69,23 @@ class AppState(App[None]):
             return False
         self.settings_unsaved = False
         return True
+
+    def reload_catalog(self) -> None:
+        try:
+            self.catalog = load_catalog(self.catalog_file)
+        except CatalogError as exc:
+            self.notify(f"{exc} Using the shipped pairs only.", severity="error", timeout=15)
+
+    def start_download(self, pair_id: str) -> bool:
+        if self.download_cancel is not None:
+            self.notify(f"{self.downloading_pair} is downloading; cancel it first (x).", severity="warning")
+            return False
+        self.downloading_pair = pair_id
+        self.download_cancel = cancel = threading.Event()
+        self.run_worker(partial(workers.download, self.post_message, self.hub_config, self.catalog.get(pair_id), cancel),
+                        thread=True, group="download", name=f"download {pair_id}")
+        return True
+
+    def cancel_download(self) -> None:
+        if self.download_cancel is not None:
+            self.download_cancel.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual import getters
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -12,6 +13,7 @@ from textual.widgets import Button, Label, ProgressBar
 from localspec.catalog.models_toml import Pair
 from localspec.hub.progress import DownloadProgress, describe
 from localspec.tui import messages as m
+from localspec.tui.app_state import AppState
 
 
 class DownloadView(Widget):
@@ -32,6 +34,8 @@ class DownloadView(Widget):
 class DownloadDialog(ModalScreen[bool]):
     """Downloads one pair; dismisses with True once it is verified, False when cancelled or failed."""
 
+    app = getters.app(AppState)  # typed: the dialog starts and cancels its download through it
+
     BINDINGS = [Binding("x", "cancel_download", "Cancel download")]
 
     def __init__(self, pair: Pair) -> None:
@@ -46,11 +50,11 @@ class DownloadDialog(ModalScreen[bool]):
             yield Button("Cancel (x)", id="cancel")
 
     def on_mount(self) -> None:
-        if not self.app.start_download(self.pair.id):  # type: ignore[attr-defined]
+        if not self.app.start_download(self.pair.id):
             self.dismiss(False)
 
     def action_cancel_download(self) -> None:
-        self.app.cancel_download()  # type: ignore[attr-defined]
+        self.app.cancel_download()
 
     def on_button_pressed(self) -> None:
         self.action_cancel_download()

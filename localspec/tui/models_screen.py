@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from rich.text import Text
+from textual import getters
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -19,7 +20,9 @@ from localspec.errors import LocalspecError
 from localspec.machine.memory_plan import pair_footprint_bytes
 from localspec.tui import messages as m
 from localspec.tui import workers
+from localspec.tui.app_state import AppState
 from localspec.tui.download_dialog import DownloadView
+from localspec.tui.pair_control import PairControl
 from localspec.units import GIB, format_bytes
 
 
@@ -38,6 +41,8 @@ def describe_check(result: PairCheck) -> Text:
 
 
 class ModelsScreen(Screen[None]):
+    app = getters.app(PairControl)  # typed: the screen opens pairs, downloads and reloads the catalog through it
+
     BINDINGS = [
         Binding("enter", "use", "Use pair", priority=True),
         Binding("d", "download", "Download"),
@@ -65,11 +70,11 @@ class ModelsScreen(Screen[None]):
         # no tags column: cut at the screen's edge ("reasonin"), they are whole in the selected pair's detail
         table.add_columns("", "pair", "downloaded", "size", "needs")
         self.refresh_rows()
-        current = self.app.loaded.pair.id if self.app.loaded is not None else self.app.settings.last_pair  # type: ignore[attr-defined]
-        ids = list(self.app.catalog.pairs)  # type: ignore[attr-defined]
+        current = self.app.loaded.pair.id if self.app.loaded is not None else self.app.settings.last_pair
+        ids = list(self.app.catalog.pairs)
         if current in ids:
             table.move_cursor(row=ids.index(current))
-        self.query_one("#download").display = self.app.downloading_pair is not None  # type: ignore[attr-defined]
+        self.query_one("#download").display = self.app.downloading_pair is not None
         table.focus()
 
     def refresh_rows(self) -> None:
@@ -77,13 +82,13 @@ class ModelsScreen(Screen[None]):
         table = self.query_one(DataTable)
         selected = table.cursor_row
         table.clear()
-        for pair in app.catalog.pairs.values():  # type: ignore[attr-defined]
-            states = pair_states(app.hub_config, pair)  # type: ignore[attr-defined]
+        for pair in app.catalog.pairs.values():
+            states = pair_states(app.hub_config, pair)
             status = download_status(states)
-            if pair.id == app.downloading_pair:  # type: ignore[attr-defined]
+            if pair.id == app.downloading_pair:
                 status = "downloading"
             size = pair_size(states)
-            loaded = app.loaded is not None and app.loaded.pair.id == pair.id  # type: ignore[attr-defined]
+            loaded = app.loaded is not None and app.loaded.pair.id == pair.id
             needs = self.memory_needed(pair, status)
             table.add_row("▶" if loaded else "", pair.id, status, format_bytes(size) if size else "?",
                           format_bytes(needs) if needs else "?", key=pair.id)
@@ -99,7 +104,7 @@ class ModelsScreen(Screen[None]):
             return None
         if pair.id not in self._measured_needs:
             try:
-                target, draft = local_pair_paths(self.app.hub_config, pair)  # type: ignore[attr-defined]
+                target, draft = local_pair_paths(self.app.hub_config, pair)
                 self._measured_needs[pair.id] = pair_footprint_bytes(target, draft, defaults.N_CTX)
             except LocalspecError:  # not a GGUF file, say: the load says what is wrong
                 self._measured_needs[pair.id] = None
@@ -110,7 +115,7 @@ class ModelsScreen(Screen[None]):
         if not table.row_count:
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        return self.app.catalog.pairs.get(key)  # type: ignore[attr-defined]
+        return None if key is None else self.app.catalog.pairs.get(key)
 
     def on_data_table_row_highlighted(self) -> None:
         pair = self.selected_pair()
@@ -133,34 +138,34 @@ class ModelsScreen(Screen[None]):
         pair = self.selected_pair()
         if pair is not None:
             self.app.pop_screen()
-            self.app.open_pair(pair.id)  # type: ignore[attr-defined]
+            self.app.open_pair(pair.id)
 
     def action_download(self) -> None:
         pair = self.selected_pair()
         if pair is None:
             return
-        if download_status(pair_states(self.app.hub_config, pair)) == "yes":  # type: ignore[attr-defined]
+        if download_status(pair_states(self.app.hub_config, pair)) == "yes":
             self.notify(f"{pair.id} is already downloaded.", timeout=3)
             return
-        if self.app.start_download(pair.id):  # type: ignore[attr-defined]
+        if self.app.start_download(pair.id):
             self.query_one("#download").display = True
             self.refresh_rows()
 
     def action_cancel_download(self) -> None:
-        self.app.cancel_download()  # type: ignore[attr-defined]
+        self.app.cancel_download()
 
     def action_check(self) -> None:
         pair = self.selected_pair()
         if pair is None:
             return
         self.query_one("#report", Static).update(f"Reading the GGUF headers of {pair.id}…")
-        self.app.run_worker(partial(workers.check, self.app.post_message, self.app.hub_config, pair),  # type: ignore[attr-defined]
+        self.app.run_worker(partial(workers.check, self.app.post_message, self.app.hub_config, pair),
                             thread=True, group="check", name=f"check {pair.id}")
 
     def action_add(self) -> None:
         def added(pair_id: str | None) -> None:
             if pair_id:
-                self.app.reload_catalog()  # type: ignore[attr-defined]
+                self.app.reload_catalog()
                 self.refresh_rows()
                 table = self.query_one(DataTable)
                 table.move_cursor(row=table.get_row_index(pair_id))  # on the new pair: Enter uses it, d downloads it
@@ -184,6 +189,8 @@ class ModelsScreen(Screen[None]):
 
 class AddPairDialog(ModalScreen["str | None"]):
     """A custom pair from local files or hub files, saved to the user's models.toml."""
+
+    app = getters.app(AppState)  # typed: the dialog writes to the app's catalog file
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
 
@@ -214,7 +221,7 @@ class AddPairDialog(ModalScreen["str | None"]):
     def save(self) -> None:
         values = {name: self.query_one(f"#pair-{name}", Input).value for name in ("id", "title", "target", "draft")}
         try:
-            pair = add_user_pair(self.app.catalog_file, values["id"], values["title"], values["target"], values["draft"])  # type: ignore[attr-defined]
+            pair = add_user_pair(self.app.catalog_file, values["id"], values["title"], values["target"], values["draft"])
         except CatalogError as exc:
             error = self.query_one("#add-error", Label)
             error.update(str(exc))

@@ -124,21 +124,7 @@ class PairControl(AppState):
         self.set_device_text(f"{loaded.pair.id} · {loaded.backend} ({offload}) · {layers} layers on GPU · "
                              f"planned {loaded.plan.amounts} · in use RAM {format_bytes(resident_memory_bytes())}")
 
-    # --- downloads (driven by the models screen or the first-run offer) -----------------------------
-
-    def start_download(self, pair_id: str) -> bool:
-        if self.download_cancel is not None:
-            self.notify(f"{self.downloading_pair} is downloading; cancel it first (x).", severity="warning")
-            return False
-        self.downloading_pair = pair_id
-        self.download_cancel = cancel = threading.Event()
-        self.run_worker(partial(workers.download, self.post_message, self.hub_config, self.catalog.get(pair_id), cancel),
-                        thread=True, group="download", name=f"download {pair_id}")
-        return True
-
-    def cancel_download(self) -> None:
-        if self.download_cancel is not None:
-            self.download_cancel.set()
+    # --- what downloads and checks report (a download starts in AppState, where its dialog reaches it) --
 
     def _forward(self, message: object) -> None:
         """Download and check messages go to whichever screen shows them."""
