@@ -7,7 +7,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.drafters.auto.choice import Choice
 from localspec.engine.drafters.auto.controller import AutoDrafter
 from localspec.engine.drafters.auto.planner import Planner, SlotOptions
-from localspec.engine.drafters.base import Ask
+from localspec.engine.drafters.base import Ask, StepCost
 from localspec.engine.drafters.ngram import Lookup
 from localspec.engine.engine import Engine
 from localspec.engine.generation_config import GenerationConfig
@@ -51,7 +51,7 @@ def replay(controller: AutoDrafter, prompt: list[int], answer: list[int], k_cap:
         while accepted < len(draft.tokens) and position + accepted < len(answer) and draft.tokens[accepted] == answer[position + accepted]:
             accepted += 1
         controller.accept(0, answer[position : position + accepted + 1])
-        controller.observe_step(len(draft.tokens) + 1, CPU_VERIFY_MS.get(len(draft.tokens) + 1, 400.0), 0.0)
+        controller.observe(StepCost(len(draft.tokens) + 1, CPU_VERIFY_MS.get(len(draft.tokens) + 1, 400.0), 0.0))
         steps.append((len(draft.tokens), accepted))
         position += accepted + 1
     return steps

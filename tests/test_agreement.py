@@ -6,7 +6,7 @@ import numpy as np
 
 from localspec.engine.drafters.auto.agreement import AgreementModel, CopyEffect, ShadowRun, settle
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.base import Ask
+from localspec.engine.drafters.base import Ask, TargetRow
 from localspec.engine.drafters.ngram import PromptLookup
 from localspec.engine.pass_costs import CostTable
 from localspec.engine.tuning import ACCEPTANCE_PRIOR_WEIGHT, CARRIED_RUNS, MATCH_CLASS_PRIORS
@@ -58,7 +58,7 @@ def test_short_lookup_matches_are_judged_apart_where_the_target_is_unsure():
 
     controller = AutoDrafter(CostTable.given(CHEAP_BATCH_MS))
     controller.begin(0, [5, 6, 7, 8, 9, 5, 6])  # "5 6" occurred before: a run of "7 8 9 ..." from a 2-token match
-    controller.observe_target(0, np.zeros(64, dtype=np.float32))  # the target torn between 64 tokens
+    controller.observe(TargetRow(0, np.zeros(64, dtype=np.float32)))  # the target torn between 64 tokens
     assert controller.confidence.unsure
     before = controller.lookup_acceptance.expected_accepted(2, 3, unsure=True)
     controller.propose([Ask(0, 3, 0.0)])[0]

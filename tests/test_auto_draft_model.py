@@ -9,7 +9,7 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
 from localspec.engine.drafters.auto.controller import AutoDrafter
-from localspec.engine.drafters.base import Ask
+from localspec.engine.drafters.base import Ask, PromptRead, TargetRow
 from localspec.engine.drafters.draft_model import ModelDrafter
 from localspec.engine.drafters.ngram import Lookup, Lookups
 from localspec.engine.engine import Engine, EngineConfig
@@ -63,7 +63,7 @@ def test_autos_draft_model_reads_the_prompt_only_once_it_drafts(tiny):
         assert engine.draft.kv_tokens == []  # never asked to draft: the prompt was never decoded into it
         eager = ModelDrafter(engine.draft)
         eager.begin(0, prompt)
-        eager.read(0, len(prompt))  # the target read the prompt: an eager draft reads along
+        eager.observe(PromptRead(0, len(prompt)))  # the target read the prompt: an eager draft reads along
         assert engine.draft.kv_tokens == prompt[:-1]
 
 
@@ -125,7 +125,7 @@ def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_
         prompt = chat_prompt_tokens(engine.target, [Message("user", "a haiku about autumn")])
         controller.begin(0, prompt)
         sure = target_row(engine.target.n_vocab, sure=True)  # the target as sure as on the code: the same class of text
-        controller.observe_target(0, sure)
+        controller.observe(TargetRow(0, sure))
         assert controller.model_acceptance.rate(0) > 0.85  # still believed, and asked first...
         controller.exploration.saved_ms = 1e9  # ...though its first ask reads the prompt, a try the budget pays for here
         asks = []
@@ -133,7 +133,7 @@ def test_a_new_answer_outweighs_what_earlier_answers_taught_of_the_draft_within_
             draft = controller.propose([Ask(0, 4, 1.0)])[0]  # p-min 1: the draft is never that sure
             asks.append(draft.choice is not None and draft.choice.source == "model")
             controller.accept(0, [prompt[-1]])
-            controller.observe_target(0, sure)
+            controller.observe(TargetRow(0, sure))
         assert asks[0] and sum(asks) <= 4, asks  # carried at full weight, it was asked 6 times and more
 
 
@@ -148,10 +148,10 @@ def test_autos_draft_acceptance_is_learned_per_class_of_the_targets_confidence(t
         controller.begin(0, prompt)
         sure, unsure = (target_row(engine.target.n_vocab, flag) for flag in (True, False))
         for _ in range(4):
-            controller.observe_target(0, unsure)
+            controller.observe(TargetRow(0, unsure))
         unsure_prior = controller.model_acceptance.rate(0)
         for _ in range(4):
-            controller.observe_target(0, sure)
+            controller.observe(TargetRow(0, sure))
         for _ in range(30):
             controller.model_acceptance.observe(8, 8)
         sure_rate = controller.model_acceptance.rate(0)
@@ -159,10 +159,10 @@ def test_autos_draft_acceptance_is_learned_per_class_of_the_targets_confidence(t
             draft = controller.propose([Ask(0, 4, 1.0)])[0]  # p-min 1: the draft offers nothing
             assert draft.choice is not None and draft.choice.source == "model"
             controller.accept(0, [token])  # the target's own token, a new one each time: still no lookup run
-            controller.observe_target(0, sure)
+            controller.observe(TargetRow(0, sure))
         assert controller.model_acceptance.rate(0) < sure_rate
         for _ in range(4):
-            controller.observe_target(0, unsure)
+            controller.observe(TargetRow(0, unsure))
         assert controller.model_acceptance.rate(0) == unsure_prior  # neither the right nor the silent asks taught it
 
 
@@ -178,7 +178,7 @@ def test_a_losing_draft_is_not_tried_where_the_target_is_too_unsure_for_it_to_pa
         for name, costs in (("cpu", q8_0_on_2_cores), ("gpu", CostTable.given(*GPU_LIKE))):
             controller = AutoDrafter(costs, ModelDrafter(engine.draft, lazy_start=True))
             controller.begin(0, [1, 2, 3])
-            controller.observe_target(0, unsure)
+            controller.observe(TargetRow(0, unsure))
             for _ in range(30):  # the draft losing where the target is unsure, often enough that only a try would ask it
                 controller.model_acceptance.observe(1, 0)
             controller.exploration.saved_ms = 1e9  # a try is paid for: only hope decides

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.chat import Message, chat_prompt_tokens
-from localspec.engine.drafters.registry import DRAFTERS
+from localspec.engine.drafters.registry import DRAFTERS, Part
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
 from tests.conftest import run
@@ -18,7 +18,7 @@ def test_every_drafter_is_lossless_on_tiny_models(tiny, tmp_path, draft_name):
     with Engine(EngineConfig(tiny["target"], tiny[draft_name], self_draft_dir=tmp_path)) as engine:
         prompt = chat_prompt_tokens(engine.target, [Message("user", REPEATING)])
         plain = run(engine.plain, prompt, GenerationConfig(max_tokens=60))
-        for drafter in [d for d, row in DRAFTERS.items() if row.drafts and not row.mtp_layers and not row.eagle3_head]:  # test_mtp, test_eagle3
+        for drafter in [d for d, row in DRAFTERS.items() if row.drafts and not row.requires & {Part.MTP_LAYERS, Part.EAGLE3_HEAD}]:  # test_mtp, test_eagle3
             out = run(engine.decoder(drafter), prompt, GenerationConfig(max_tokens=60, draft_max=8, draft_p_min=0.0))
             assert_lossless(plain, out, label=drafter)
             stats = out.finished.stats

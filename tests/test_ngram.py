@@ -7,6 +7,7 @@ import pytest
 from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.decode import Decoder
 from localspec.engine.drafters.auto.controller import AutoDrafter
+from localspec.engine.drafters.base import NewSession
 from localspec.engine.drafters.ngram import MATCH_CAP, SEPARATOR, Lookup, LookupMemory, NgramDrafter, PromptLookup
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.generation_config import GenerationConfig
@@ -81,7 +82,7 @@ def test_lookup_across_requests_is_lossless_and_drafts_the_answer_a_request_gave
             assert_lossless(plain, first, label=drafter.name)
             assert_lossless(plain, again, label=drafter.name)
             assert again.finished.stats.draft_n_accepted >= 0.8 * len(again.tokens) > first.finished.stats.draft_n_accepted
-            drafter.forget_requests()  # a new session (the bench's next measurement): the answer is gone from the memory
+            drafter.observe(NewSession())  # a new session (the bench's next measurement): the answer is gone from the memory
             forgotten = run(decoder, prompt, config)
             assert_lossless(plain, forgotten, label=drafter.name)
             assert forgotten.finished.stats.draft_n_accepted < 0.8 * len(forgotten.tokens), drafter.name

@@ -153,11 +153,11 @@ def test_autos_costs_are_measured_once_per_pair_and_machine_then_read_back(tiny,
         assert first.target.n_decoded - before == 3 * sum(CALIBRATION_SIZES)  # a few short passes: each size untimed, then twice
         prompt = chat_prompt_tokens(first.target, [Message("user", REPEATING)])
         run(auto, prompt, GenerationConfig(max_tokens=40, draft_max=8))
-        learned = auto.drafter.costs
+        learned = auto.drafter.measured().costs
     assert len(list(tmp_path.glob("*.json"))) == 1
     with Engine(config) as second:
         before = second.target.n_decoded
-        costs = second.decoder("auto").drafter.costs
+        costs = second.decoder("auto").drafter.measured().costs
         assert second.target.n_decoded == before  # read back: not one pass timed
         assert costs == learned and costs.draft is not None and not costs.fixed
     with Engine(EngineConfig(tiny["target"], tiny["same"], cost_cache_dir=tmp_path)) as other_draft:

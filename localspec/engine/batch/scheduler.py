@@ -32,7 +32,7 @@ from localspec.engine.batch import prompt_cache
 from localspec.engine.batch.prefill import prefill_budget
 from localspec.engine.batch.slot import Generation, Slot, SlotRequest
 from localspec.engine.drafters import registry
-from localspec.engine.drafters.base import Ask, Decoding, Draft, Drafter, PromptRead, StepCost, TargetPass, TargetRow
+from localspec.engine.drafters.base import Ask, Decoding, Draft, Drafter, Prompt, PromptRead, StepCost, TargetPass, TargetRow
 from localspec.engine.errors import EngineError, PromptTooLongError
 from localspec.engine.events import StopReason, TokenEvent
 from localspec.engine.llama.entry import Entry
@@ -104,7 +104,7 @@ class BatchScheduler:
 
     def add(self, request: SlotRequest) -> Slot:
         """Take a free slot (prompt_cache.slot_for) and start the request there; it joins the batch at the next step."""
-        prompt = list(request.prompt)
+        prompt = Prompt(request.prompt, request.config.conversation)
         self.check_fits(prompt)
         request.config.sampling.validate()
         if len(self.slots) > 1:  # a drafter without Supports.SLOTS holds a sequence past its slot's, which several slots leave none of
@@ -119,7 +119,7 @@ class BatchScheduler:
         # The seed that writes this answer again: speculative sampling's random one does not (a given seed draws keyed).
         seed = None if config.sampling.greedy or not (draws.keyed or config.sampling.seed is not None) else draws.seed
         stats = GenerationStats(drafter=request.drafter.name, draft_max=config.draft_max, prompt_n=len(prompt), cache_n=keep, seed=seed)
-        request.drafter.begin(slot.seq, prompt, request.config.conversation)
+        request.drafter.begin(slot.seq, prompt)
         self._arrivals += 1
         slot.last_used = self._arrivals
         slot.generation = Generation(SlotRequest(prompt, request.config, request.drafter, request.emit, request.fail, request.cancel),

@@ -9,7 +9,7 @@ verification and the statistics know nothing of which one is running.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
@@ -172,6 +172,15 @@ class Measured:
     costs: CostTable | None = None
 
 
+class Prompt(list[int]):
+    """A prompt's tokens, with the chat they render (OpenAI-shaped messages; empty for a raw prompt): the conversation
+    travels with the prompt, and a draft of another tokenizer reads it under its own chat template."""
+
+    def __init__(self, tokens: Iterable[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(tokens)
+        self.conversation = conversation
+
+
 class Drafter(ABC):
     """Proposes tokens for the target to verify, for any number of sequences at once (the slots of the decode loop).
 
@@ -186,10 +195,9 @@ class Drafter(ABC):
     # The models it decodes with; the decoder reads their decode time (Model.decode_ns) for the Python-overhead figure.
     models: tuple[Decoding, ...] = ()
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:  # noqa: B027 (a hook)
-        """Sequence `seq` starts an answer to `prompt` (at least one token); the target has not read it yet. The prompt
-        renders `conversation` (OpenAI-shaped messages; empty: a raw prompt): a draft of another tokenizer reads it
-        under its own chat template."""
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:  # noqa: B027 (a hook: doing nothing is right for most drafters)
+        """Sequence `seq` starts an answer to `prompt` (at least one token; from the decode loop, a Prompt that carries
+        the chat it renders); the target has not read it yet."""
 
     @abstractmethod
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:

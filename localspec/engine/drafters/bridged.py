@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from localspec.engine.chat import render_messages
-from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, Measured, Observation, PromptRead
+from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, Measured, Observation, Prompt, PromptRead
 from localspec.engine.drafters.draft_model import DraftOrder, ModelDrafter
 from localspec.engine.drafters.registry import Part
 from localspec.engine.drafters.text_bridge import (
@@ -82,11 +82,11 @@ class BridgedDrafter(Drafter):
         """The last draft's passes, (draft tokens, ms), as ModelDrafter's: auto prices the draft model by them."""
         return self.inner.passes
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
         """The draft reads the chat under its own template where the request is one and the draft has a template; else
         the target's prompt spelled out (draft_prompt)."""
         start = time.perf_counter_ns()
-        own, n_bytes = self._own_chat(conversation)
+        own, n_bytes = self._own_chat(prompt.conversation if isinstance(prompt, Prompt) else ())
         if own:
             tokens, rest = own, b""
         else:

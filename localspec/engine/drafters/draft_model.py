@@ -13,9 +13,8 @@ draft; that is the cost saved here.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -97,7 +96,7 @@ class ModelDrafter(Drafter):
         # the p-min test), as in the cost a controller prices a draft token at.
         self.passes: list[tuple[int, float]] = []
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
         """The sequence keeps the longest prefix of the prompt that its cells, or another sequence's, hold (borrowed as
         the target's slots borrow theirs); the rest is read along (read) or, lazily, in the first draft's pass."""
         tokens = prompt[:-1]

@@ -22,9 +22,9 @@ the head drops a tail as an attention cache does.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class HeadDrafter(Drafter):
         self.passes: list[tuple[int, float]] = []  # the last draft's passes, (tokens, ms), as ModelDrafter's
         self.chained_heads = head.n_heads if head.n_heads > 1 else None
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
         """The head keeps the cells it shares with the prompt; the row kept from before still pairs with the next token
         where its position lies within them."""
         if self.head.refresh():

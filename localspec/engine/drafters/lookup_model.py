@@ -6,8 +6,7 @@ accepted text; they differ only in how a proposal is made, which each defines in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from localspec.engine.drafters.base import Drafter, Observation
 from localspec.engine.drafters.draft_model import ModelDrafter
@@ -20,7 +19,7 @@ class LookupModelDrafter(Drafter):
         self.models = model.models
         self.lookups = lookups or Lookups(remember=False)
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
         self.lookups[seq].start(prompt)
         self.model.begin(seq, prompt)
 

@@ -21,9 +21,8 @@ does not hold), a second edit of a file finds the first edit's answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from localspec.engine.drafters.base import Ask, Draft, Drafter, DraftSources, NewSession, Observation
 from localspec.engine.drafters.edits import EDIT_MAX, MATCH_CAP, REANCHOR, RESUMED, CopyTracker
@@ -260,7 +259,7 @@ class NgramDrafter(Drafter):
     def __init__(self, lookups: Lookups | None = None) -> None:
         self.lookups = lookups or Lookups()
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
         self.lookups[seq].start(prompt)
 
     def propose(self, asks: Sequence[Ask]) -> list[Draft]:

@@ -11,8 +11,7 @@ One fork per step keeps the batch at most 2K+1 tokens.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,7 +31,7 @@ class TreeDrafter(Drafter):
         self.models = model.models
         self.p_split = p_split
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
         self.model.begin(seq, prompt)
 
     def observe(self, seen: Observation) -> None:

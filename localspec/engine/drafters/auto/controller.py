@@ -11,10 +11,9 @@ costs are kept between runs (cost_cache.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from localspec.engine.drafters.auto import cost_cache
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel
@@ -119,10 +118,10 @@ class AutoDrafter(Drafter):
     def exploration(self) -> ExplorationBudget:
         return self.planner.exploration
 
-    def begin(self, seq: int, prompt: Sequence[int], conversation: Sequence[Mapping[str, Any]] = ()) -> None:
+    def begin(self, seq: int, prompt: Sequence[int]) -> None:
         self.lookups[seq].start(prompt)
         for drafter in self.drafting.values():
-            drafter.begin(seq, prompt, conversation)
+            drafter.begin(seq, prompt)
         answer = self._answer(seq)
         answer.shadows, answer.choice, answer.drafted, answer.forced = [], PLAIN, None, 0
         answer.belief.new_answer()
