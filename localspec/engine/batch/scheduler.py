@@ -21,7 +21,7 @@ slot holds, busy or not, sharing that slot's cells.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,7 +225,7 @@ class BatchScheduler:
         return list({id(slot.job.request.drafter): slot.job.request.drafter for slot in slots}.values())
 
     @staticmethod
-    def _bill(steps: Sequence[_Step], models: Sequence[Decoding], ns_before: int, measured_before: dict[int, dict[str, int]]) -> None:
+    def _bill(steps: Sequence[_Step], models: Sequence[Decoding], ns_before: int, measured_before: dict[int, Mapping[str, int]]) -> None:
         """The step's llama time (every pass from its drafts to its drafters' accepts), and each drafter's own measured
         work in it, go to every slot that generated in it: slots sharing a pass share its time, as a lone slot has it all."""
         spent = _decode_ns(models) - ns_before
