@@ -76,3 +76,10 @@ def test_the_only_slot_that_asks_in_a_batch_takes_its_best_move_at_the_planners_
         return sum(c.predicted for c in trial) / plan.step_ms(trial, slots, spread=True)
 
     assert choice.k == max(range(len(expected)), key=rate)
+
+
+def test_where_no_slot_has_anything_to_draft_the_plan_is_plain_at_once():
+    """No lookup run and no model to ask: nothing the plan reads could make it other than plain decoding."""
+    plan = Planner(CostTable.given(VERIFY), has_draft_model=False)
+    assert plan.plan([SlotOptions(8, Lookup(), 1)] * 3) == [PLAIN] * 3
+    assert plan.exploration.saved_ms == 0.0  # with no model to try, nothing is saved up for a try

@@ -85,10 +85,12 @@ class Planner:
         it loses if none of the draft's tokens is accepted. A draft never asked, or one that never agrees, costs no
         more than the budget; one that has shown it pays is asked on its merits (issue 55: on a GPU's costs, a draft
         that never agreed was asked a dozen times per confidence class, 5-15% of a short answer's time)."""
-        price = self.price()
-        asking = [i for i, options in enumerate(slots) if options.cap > 0]
+        # The slots that may draft and have something to draft: a lookup run, or a model to ask. Where none has, the plan
+        # reads nothing that could make it other than plain decoding.
+        asking = [i for i, options in enumerate(slots) if options.cap > 0 and (options.lookup.tokens or self.sources)]
         if not asking:
             return [PLAIN] * len(slots)
+        price = self.price()
         if len(slots) == 1 and not slots[0].lookup.tokens and not self._model_may_win(slots[0]):
             self.exploration.accrue(price.step_ms([PLAIN], slots))  # as explore would, which could find no try to take
             return [PLAIN]
