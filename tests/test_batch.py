@@ -149,6 +149,18 @@ def test_a_request_that_names_its_drafter_gets_it_beside_auto_slots(tiny, alone)
     assert named.draft_n >= 3 * (named.n_steps - 3), (named.draft_n, named.n_steps)  # K each step but the last few
 
 
+def test_a_tree_in_several_slots_drafts_its_chains_without_forks(tiny, alone):
+    """Several slots leave no sequence for a tree's fork (the doors refuse such a drafter with the registry's words):
+    the engine's batch drafts its main chains alone, and each answer is still the target's."""
+    with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192)) as engine:
+        scheduler = engine.batch(2, CostTable.given({1: 10.0, 2: 10.5, 4: 11.0}))
+        config = GenerationConfig(max_tokens=40, draft_max=4, draft_p_min=0.0)
+        results = run_batch(scheduler, [(prompt, config, engine.drafter("tree")) for prompt in prompts(engine)[:2]])
+    for i in range(2):
+        assert_lossless(alone[i], results[i].run, label=f"prompt {i} (tree, two slots)")
+        assert results[i].run.finished.stats.n_forks == 0 and results[i].run.finished.stats.draft_n > 0
+
+
 def test_a_burst_of_fifty_requests_over_eight_slots(tiny, tmp_path):
     """All complete, each once, with its own answer; afterwards each slot's cells are exactly its prompt cache."""
     with Engine(EngineConfig(tiny["target"], tiny["near"], n_ctx=8192, self_draft_dir=tmp_path)) as engine:

@@ -107,8 +107,6 @@ class BatchScheduler:
         prompt = Prompt(request.prompt, request.config.conversation)
         self.check_fits(prompt)
         request.config.sampling.validate()
-        if len(self.slots) > 1:  # a drafter without Supports.SLOTS holds a sequence past its slot's, which several slots leave none of
-            registry.check_batchable(request.drafter.name)
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             raise EngineError("every slot is busy: wait for one to finish")
@@ -252,15 +250,17 @@ class BatchScheduler:
         for drafter, slots in groups.values():
             for slot, draft in zip(slots, drafter.propose([asks[slot.seq] for slot in slots])):
                 ask = asks[slot.seq]
-                drafts[slot.seq] = self._fitted(slot, draft.after_forced(ask.after, ask.sampling))
+                forked = any(kept.fork is not None for kept in drafts.values())
+                drafts[slot.seq] = self._fitted(slot, draft.after_forced(ask.after, ask.sampling), forked)
         return [_Step(slot, slot.job.request.drafter, drafts[slot.seq]) for slot in generating]
 
-    def _fitted(self, slot: Slot, draft: Draft) -> Draft:
-        """The draft without its tree's fork unless the fork may go in this step's pass: the target holds a sequence past
-        the slots' (the fork's) of an attention cache, and the slot's cells have room for both branches.
-        Without it the main chain goes alone; the drafter drops the fork's speculation in accept()."""
-        if draft.fork is not None and not (self.target.n_seq > self.fork_seq and self.target.forks
-                                           and draft.n_tokens <= self.share - len(slot.cached) - 1):
+    def _fitted(self, slot: Slot, draft: Draft, forked: bool) -> Draft:
+        """The draft without its tree's fork unless the fork may go in this step's pass: no other slot's fork took it
+        (`forked`), the target holds a sequence past the slots' (the fork's) of an attention cache, and the slot's cells
+        have room for both branches. Without it the main chain goes alone, as in several slots, where the doors refuse a
+        drafter without Supports.SLOTS; the drafter drops the fork's speculation in accept()."""
+        if draft.fork is not None and (forked or not (self.target.n_seq > self.fork_seq and self.target.forks
+                                                       and draft.n_tokens <= self.share - len(slot.cached) - 1)):
             draft.fork = None
         return draft
 

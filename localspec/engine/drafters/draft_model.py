@@ -273,11 +273,12 @@ class ModelDrafter(Drafter):
 
     def accept(self, seq: int, tokens: Sequence[int]) -> None:
         """Speculated tokens that were accepted stay in the cache; the rest of the new text is read in the next draft's
-        first pass."""
+        first pass. At least the last token is read again: where the draft had speculated all of them (a tree's fork
+        that the target took after its pass verified the main chain alone), its next draft needs that token's row."""
         state = self._seqs[seq]
         speculated = state.speculated
         keep = 0
-        while keep < min(len(speculated), len(tokens)) and speculated[keep] == tokens[keep]:
+        while keep < min(len(speculated), len(tokens) - 1) and speculated[keep] == tokens[keep]:
             keep += 1
         self.rewind(seq, keep)
         state.speculated = []

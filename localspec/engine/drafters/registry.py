@@ -177,8 +177,8 @@ def bridge_note(difference: str) -> str:
 
 
 def check_batchable(name: str) -> None:
-    """The one error, in one wording, where several slots cannot run `name` together (the server at start and per
-    request, and the engine's batch, all ask here)."""
+    """The one error, in one wording, where several slots cannot run `name` together (the server asks at start and per
+    request; the engine's batch itself would run such a drafter's chain without its fork, BatchScheduler._fitted)."""
     if Supports.SLOTS not in spec(name).supports:
         raise EngineError(f"The {name} drafter needs a sequence of its own, so it runs one request at a time (--parallel 1); "
                           f"several slots run {', '.join(BATCH_DRAFTERS)}.")
