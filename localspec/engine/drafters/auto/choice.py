@@ -3,13 +3,21 @@ statistics share."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
 from localspec.engine.drafters.registry import DRAFTERS
 
 
-class Source(str):
+class _Named(type):
+    """Sources iterate as an enum's members do: every registry row's name, and the grammar's."""
+
+    def __iter__(cls) -> Iterator[Source]:
+        return (Source(name) for name in (*DRAFTERS, "grammar"))
+
+
+class Source(str, metaclass=_Named):
     """What drafts a step's tokens, by the name the statistics give it: a registry row's (plain, lookup, the draft model,
     the hybrid, a head: any row marked an auto source) or the grammar's forced text. One object per name, so sources
     compare with `is` as enum members do; a source the registry gains is one with no edit here."""
