@@ -12,9 +12,12 @@ def prefix_curves(rates: Sequence[float]) -> tuple[list[float], list[float]]:
     """For j = 0..len(rates), given each position's chance to survive when the ones before it did: the expected tokens
     accepted among the first j, and the chance that all j are (one pass gives every K a controller weighs)."""
     expected, survive = [0.0], [1.0]
+    held, total = 1.0, 0.0
     for rate in rates:
-        survive.append(survive[-1] * rate)
-        expected.append(expected[-1] + survive[-1])
+        held *= rate
+        total += held
+        survive.append(held)
+        expected.append(total)
     return expected, survive
 
 

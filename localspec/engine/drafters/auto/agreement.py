@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 from localspec.engine.drafters.auto.acceptance import AcceptanceModel, prefix_curves
 from localspec.engine.drafters.auto.edit_points import EditedRun
@@ -25,7 +26,10 @@ def fresh_classes(unsure: bool = False) -> dict[int, AcceptanceModel]:
     return {bound: AcceptanceModel(prior) for bound, prior in (UNSURE_PRIORS if unsure else MATCH_CLASS_PRIORS).items()}
 
 
+@cache
 def match_class(agreement: int) -> int:
+    """The class a run from `agreement` agreeing tokens is judged in (kept per agreement: every run is judged, taught and
+    scaled by it, many times a step)."""
     return max((bound for bound in MATCH_CLASS_PRIORS if agreement >= bound), default=min(MATCH_CLASS_PRIORS))
 
 

@@ -56,6 +56,10 @@ class EditPoints:
         mean, hazards, previous = self.mean_break(), [], self.last
         for token in run:
             pair = (previous, token)
+            if pair not in self.broke and not (own and previous in self.place_broke):  # never broke here: no excess hazard
+                hazards.append(0.0)
+                previous = token
+                continue
             broke, held = self.broke[pair], self.held[pair]
             chance = (broke + PAIR_WEIGHT * mean) / (broke + held + PAIR_WEIGHT)
             if own:
