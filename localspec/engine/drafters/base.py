@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import numpy as np
 
-from localspec.engine.drafters.registry import Part
+from localspec.engine.drafters.parts import Part
 from localspec.engine.llama.entry import Entry
 from localspec.engine.sampling import Distribution, Draws, SamplingParams
 
