@@ -5,11 +5,9 @@ the draft model buys there (catch_up.py), how its long copies hold against the
 learned rates (agreement.CopyEffect), where its edits break them (edit_points.py),
 what it may lose on lookup runs from thin evidence (thin_bets.py), and the
 confidence class the draft was last asked in, which its outcome teaches. The
-one-sequence controller keeps one; the batch planner keeps one per slot, so each
-slot is judged as auto judges a lone answer. Without them the planner priced
-every catch-up whole and learned the draft as one rate for prose and code alike:
-on a Q8_0 target, one client of `serve --parallel 4` wrote fib at 9.4 tok/s
-where `--parallel 1` (auto) wrote it at 13.6.
+controller keeps one per sequence, so each slot of a batch is judged as auto
+judges a lone answer: its catch-ups priced by its own resumes, its draft by its
+own text's confidence, not as one rate for prose and code alike.
 """
 
 from __future__ import annotations

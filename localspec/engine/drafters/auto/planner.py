@@ -83,8 +83,7 @@ class Planner:
         A plan that asks the draft model where its evidence alone (no prior) does not vouch for it beating the best
         plan without it is a bet on the priors, so it is a try: taken only where the exploration budget pays for what
         it loses if none of the draft's tokens is accepted. A draft never asked, or one that never agrees, costs no
-        more than the budget; one that has shown it pays is asked on its merits (issue 55: on a GPU's costs, a draft
-        that never agreed was asked a dozen times per confidence class, 5-15% of a short answer's time)."""
+        more than the budget; one that has shown it pays is asked on its merits."""
         # The slots that may draft and have something to draft: a lookup run, or a model to ask. Where none has, the plan
         # reads nothing that could make it other than plain decoding.
         asking = [i for i, options in enumerate(slots) if options.cap > 0 and (options.lookup.tokens or self.sources)]

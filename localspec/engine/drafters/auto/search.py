@@ -87,8 +87,7 @@ def _best_move(price: StepPrice, choices: list[Choice], slots: Sequence[SlotOpti
 def _together(price: StepPrice, slots: Sequence[SlotOptions], asking: Sequence[int], candidates: Mapping[int, Candidates]) -> list[Choice]:
     """The other joint move the ascent cannot make: every slot drafting with the model at once, each at the choice
     that is best for it as a step of its own. Draft passes are shared by the slots drafting that deep, so one slot's
-    draft alone loses beside the others' lookup runs where all of them drafting wins (four slots on a GPU's costs
-    stayed on lookup at 0.8x the draft model's rate)."""
+    draft alone can lose beside the others' lookup runs where all of them drafting wins."""
     together = [PLAIN] * len(slots)
     for i in asking:
         if candidates[i].drafting:
@@ -100,10 +99,10 @@ def _together(price: StepPrice, slots: Sequence[SlotOptions], asking: Sequence[i
 def _fill(price: StepPrice, choices: list[Choice], slots: Sequence[SlotOptions], asking: Sequence[int],
           candidates: Mapping[int, Candidates], best_rate: float) -> tuple[list[Choice], float]:
     """The joint move the ascent cannot make: lookup tokens for several slots at once, filling the pass to a size
-    that costs little more. On a CPU whose passes are lumpy (the real Q4_K_M target: 4 tokens 99 ms, 7 tokens 157,
-    16 tokens 223), one slot's 3 lookup tokens lose alone and four slots' win together, so the ascent, one slot at
-    a time from plain, stays plain there. The best tokens to add are each slot's next lookup token with
-    the most expected gain (a run's gains fall with depth), taken in that order; each count is weighed whole."""
+    that costs little more. Where passes are lumpy (a CPU's: a longer pass can cost less than a shorter one), one
+    slot's few lookup tokens can lose alone and several slots' win together, so the ascent, one slot at a time from
+    plain, stays plain there. The best tokens to add are each slot's next lookup token with the most expected gain (a
+    run's gains fall with depth), taken in that order; each count is weighed whole."""
     gains: list[tuple[float, int]] = []  # (expected tokens gained, slot) for every lookup token a slot could add
     filling: list[int] = []
     for i in asking:
@@ -142,8 +141,8 @@ def explore(price: StepPrice, exploration: ExplorationBudget, choices: list[Choi
     unlike lookup): the cheapest K that would win for the slot, as a step of its own, if accepted as often as its
     target has lately been sure, once the exploration budget pays for what the try could lose in the batch: every
     drafting cost it incurs (its catch-up whole, its passes, the longer verify) if none of its tokens is accepted.
-    Judged against the whole batch's rate, one slot's hoped-for draft never won beside three slots' lookup runs, and
-    four slots on a GPU's costs never learned a draft that ran them 1.3x faster."""
+    Judged against the whole batch's rate, one slot's hoped-for draft would never win beside the others' lookup runs,
+    and a draft that pays would never be learned."""
     sources = price.sources
     if not sources or any(c.model_k for c in choices):
         return choices
