@@ -130,10 +130,14 @@ def tokenizer(vocab: ctypes.c_void_p, n_vocab: int) -> llguidance.LLTokenizer:
 class LLGuidanceGrammar:
     """An answer's llguidance matcher: a row's mask is a bitmask filled in place, a draft is followed and rolled back."""
 
-    def __init__(self, lltokenizer: llguidance.LLTokenizer, definition: str, n_vocab: int) -> None:
-        self._matcher = llguidance.LLMatcher(lltokenizer, definition, log_level=0)
+    def __init__(self, lltokenizer: llguidance.LLTokenizer, definition: str, n_vocab: int,
+                 limits: llguidance.LLParserLimits | None = None) -> None:
+        """`limits`: llguidance's parser limits (its defaults unless a test lowers them to reach one)."""
+        self._lltokenizer, self._definition, self._limits = lltokenizer, definition, limits
+        self._matcher = llguidance.LLMatcher(lltokenizer, definition, log_level=0, limits=limits)
         if self._matcher.is_error():
             raise EngineError(f"The grammar cannot be used: {self._matcher.get_error()}")
+        self._accepted: list[int] = []  # what the answer emitted: a fresh matcher reads it again (_restart)
         self._n_vocab = n_vocab
         self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
         self._forbidden_bits = np.zeros_like(self._bits)
@@ -158,19 +162,33 @@ class LLGuidanceGrammar:
                 masked[i] = rows[i]
                 forbidden = self._constrain(masked[i])
                 self.rows += 1
+                if i and self._matcher.is_error():  # the state after draft[i - 1] is past a parser limit
+                    followed = self._unfollowable(masked, rows, draft, i - 1)
+                    break
                 if i == len(draft) or forbidden[draft[i]] or self._matcher.is_stopped():
                     # The draft ends here, or the grammar forbids its next token, or the grammar is complete and allows
                     # only an end of generation, which ends the answer: later rows are never used (copied as they are).
                     # An end consumed and rolled back left llguidance's matcher stopped for good.
                     masked[i + 1 :] = rows[i + 1 :]
                     break
-                self._matcher.consume_token(draft[i])
+                if not self._matcher.consume_token(draft[i]):
+                    followed = self._unfollowable(masked, rows, draft, i)
+                    break
                 followed += 1
         finally:
             if followed:
                 self._matcher.rollback(followed)
             self.ns += time.perf_counter_ns() - start
         return masked
+
+    def _unfollowable(self, masked: np.ndarray, rows: np.ndarray, draft: Sequence[int], i: int) -> int:
+        """Following draft[i] reached one of llguidance's parser limits (ParserTooComplex), where the constrained target
+        cannot go either: row i forbids it and the draft ends there. The matcher keeps an error through a rollback, so a
+        fresh one reads the answer and draft[:i] again; how many draft tokens it followed."""
+        masked[i, draft[i]] = -np.inf
+        masked[i + 1 :] = rows[i + 1 :]
+        self._restart(draft[:i])
+        return i
 
     def forced(self, limit: int) -> list[int]:
         if limit <= 0:
@@ -187,7 +205,14 @@ class LLGuidanceGrammar:
                 break  # the grammar is complete: what follows is an end of generation, which ends the answer anyway
             if not self._matcher.consume_token(token):
                 raise EngineError(f"The answer left its grammar: {self._matcher.get_error()}")
+            self._accepted.append(token)
         self.ns += time.perf_counter_ns() - start
+
+    def _restart(self, followed: Sequence[int]) -> None:
+        """A fresh matcher that has read the answer, then `followed` (a draft's first tokens, each of which it allowed)."""
+        self._matcher = llguidance.LLMatcher(self._lltokenizer, self._definition, log_level=0, limits=self._limits)
+        if not self._matcher.consume_tokens([*self._accepted, *followed]):
+            raise EngineError(f"The grammar could not read its answer again: {self._matcher.get_error()}")
 
     def close(self) -> None:
         """Nothing to free by hand: the matcher is Python's."""
