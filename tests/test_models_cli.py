@@ -15,6 +15,7 @@ from tests import real_pair
 from tests.conftest import cli
 from tests.eagle3_models import Head, eagle3_head
 from tests.hub_server import Fault, LoopbackHub
+from tests.tiny_models import TinySpec, write_tiny_model
 
 
 def write_user_catalog(env: dict[str, str], text: str) -> Path:
@@ -175,12 +176,17 @@ def test_the_real_pair_checks_pulls_resumes_and_verifies(hub: LoopbackHub, hub_e
     assert row(listing, "qwen2.5-coder-1.5b").split()[1:3] == ["yes", "1.6"]
 
 
-def test_check_local_files_directly(tiny: dict[str, Path], hub_env: dict[str, str]):
+def test_check_local_files_directly(tiny: dict[str, Path], hub_env: dict[str, str], tmp_path: Path):
     good = cli("check", "--target", str(tiny["target"]), "--draft", str(tiny["near"]), env=hub_env)
     assert good.returncode == 0 and "compatible" in good.stdout and good.stdout.count("header read from disk") == 2
     other = cli("check", "--target", str(tiny["target"]), "--draft", str(tiny["other_vocab"]), env=hub_env)
     assert other.returncode == 0 and "compatible through text: the draft's tokenizer is not the target's (token 100 is" in other.stdout
     assert "--drafter bridged" in other.stdout
+    no_bos = write_tiny_model(tmp_path / "no-bos.gguf", TinySpec(seed=3, base_seed=1, noise=0.1, bos=None))  # Qwen3.5-0.8B's lack
+    native = cli("check", "--target", str(tiny["target"]), "--draft", str(no_bos), env=hub_env)
+    assert native.returncode == 0, native.stderr
+    assert ("compatible: the draft drafts natively; bos differs (target 0, draft none), accepted: neither model puts a BOS "
+            "in its prompts and all") in " ".join(native.stdout.split())
     missing = cli("check", "--target", str(tiny["target"]), "--draft", "./nowhere.gguf", env=hub_env)
     assert missing.returncode == 1 and "Model file not found: nowhere.gguf. Check the path" in missing.stderr
 

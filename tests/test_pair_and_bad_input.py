@@ -10,9 +10,12 @@ from localspec.engine.chat import Message, chat_prompt_tokens
 from localspec.engine.drafters.registry import DRAFTERS
 from localspec.engine.engine import Engine, EngineConfig
 from localspec.engine.errors import ChatTemplateError, EngineError, ModelLoadError
+from localspec.engine.generation_config import GenerationConfig
 from localspec.engine.llama.model import Model
-from localspec.engine.pair_check import check_pair
-from tests.conftest import cli
+from localspec.engine.pair_check import check_pair, compare_tokenizers
+from localspec.gguf.header import read_local_header
+from tests.conftest import cli, run
+from tests.lossless import assert_lossless
 from tests.tiny_models import TinySpec, vocabulary, write_tiny_model
 
 
@@ -35,6 +38,32 @@ def test_a_different_eos_is_another_tokenizer(tmp_path, tiny):
     draft = write_tiny_model(tmp_path / "eos.gguf", TinySpec(seed=5, eos=1))
     with Engine(EngineConfig(tiny["target"], draft)) as engine:
         assert engine.tokenizers_differ == "eos differs (target 2, draft 1)"
+
+
+def test_a_draft_without_a_bos_id_over_the_targets_vocabulary_drafts_natively(tmp_path, tiny):
+    """Qwen3.5-0.8B's case: its file lacks a BOS id, which llama.cpp refuses against the target's; where neither adds a BOS
+    and every id is the same text, the draft drafts natively, and says which difference was accepted and why."""
+    draft = write_tiny_model(tmp_path / "no-bos.gguf", TinySpec(seed=3, base_seed=1, noise=0.1, bos=None))
+    with Engine(EngineConfig(tiny["target"], draft)) as engine:
+        assert engine.draft is not None and engine.draft.vocab.bos != engine.target.vocab.bos  # llama.cpp's default id
+        assert engine.tokenizers_differ == ""
+        assert engine.tokenizers_tolerated.startswith(f"bos differs (target 0, draft {engine.draft.vocab.bos}), accepted: "
+                                                      f"neither model puts a BOS in its prompts and all {len(vocabulary())} ids")
+        assert "no-bos.gguf drafts natively: bos differs" in engine.drafting_note
+        assert not engine.parts.lacks(DRAFTERS["model"])
+        prompt = chat_prompt_tokens(engine.target, [Message("user", "tell me about the sea")])
+        config = GenerationConfig(max_tokens=48)
+        assert_lossless(run(engine.plain, prompt, config), run(engine.decoder("model"), prompt, config))
+    headers = compare_tokenizers(read_local_header(tiny["target"]), read_local_header(draft))
+    assert headers.difference == "" and headers.tolerated.startswith("bos differs (target 0, draft none), accepted")
+
+
+def test_a_draft_without_a_bos_id_whose_tokens_differ_still_goes_through_text(tmp_path, tiny):
+    draft = write_tiny_model(tmp_path / "other-no-bos.gguf", TinySpec(seed=4, vocab="other", bos=None))
+    with Engine(EngineConfig(tiny["target"], draft)) as engine:
+        assert engine.tokenizers_differ.startswith("bos differs (target 0, draft ")
+        assert engine.tokenizers_tolerated == ""
+        assert engine.parts.lacks(DRAFTERS["model"]) == "a draft with the target's tokenizer"
 
 
 def test_missing_file(tmp_path):

@@ -71,6 +71,7 @@ class TinySpec:
     noise: float = 0.0
     chat_template: bool = True
     eos: int = 2
+    bos: int | None = 0  # None: the file has no BOS id, as Qwen3.5-0.8B's has none (llama.cpp then takes its own default)
 
 
 def _weights(seed: int, n_vocab: int) -> dict[str, np.ndarray]:
@@ -144,7 +145,8 @@ def write_tiny_model(path: Path, spec: TinySpec) -> Path:
             writer.add_uint32(f"tokenizer.ggml.fim_{role}_token_id", tokens.index(text))
     writer.add_token_types(types)
     writer.add_token_merges([f"{a} {b}" for a, b in merges(spec.vocab)])
-    writer.add_bos_token_id(0)
+    if spec.bos is not None:
+        writer.add_bos_token_id(spec.bos)
     writer.add_eos_token_id(spec.eos)
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)

@@ -15,7 +15,7 @@ from pathlib import Path
 from localspec.catalog.models_toml import Catalog, CatalogError, ModelRef, Pair
 from localspec.engine.drafters.registry import bridge_note
 from localspec.engine.errors import PairMismatchError
-from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_eagle3_head, tokenizer_difference
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, TokenizerComparison, check_eagle3_head, compare_tokenizers
 from localspec.gguf.header import GGUFHeader, read_local_header
 from localspec.gguf.memory_kind import memory_kind
 from localspec.gguf.summary import ModelSummary
@@ -129,6 +129,7 @@ class PairCheck:
     problem: str | None  # None: the pair can draft (an EAGLE-3 head must be made for the target)
     seconds: float
     tokenizers_differ: str = ""  # how the draft's tokenizer is not the target's: it drafts through text (bridged)
+    tokenizers_tolerated: str = ""  # a difference llama.cpp refuses that the check accepted, and why (pair_check.py)
 
     @property
     def compatible(self) -> bool:
@@ -148,6 +149,8 @@ class PairCheck:
                     "--drafter eagle3, or auto, drafts with it.")
         if self.tokenizers_differ:
             return f"compatible through text: {bridge_note(self.tokenizers_differ)}"
+        if self.tokenizers_tolerated:
+            return f"compatible: the draft drafts natively; {self.tokenizers_tolerated}."
         return (f"compatible: the draft shares the target's {target.vocab_type} vocabulary "
                 f"({draft.n_vocab} and {target.n_vocab} tokens, identical text from id 5).")
 
@@ -201,7 +204,7 @@ def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef | No
         return PairCheck(target_report, None, None, time.perf_counter() - start)
     draft_report = read_model_header(config, draft)
     target_header, draft_header = target_report.header, draft_report.header
-    problem, differ = None, ""
+    problem, comparison = None, TokenizerComparison()
     if draft_header.architecture == EAGLE3_ARCHITECTURE:  # a head over the target's layers, not a model of its own
         try:
             check_eagle3_head(target.label, int(target_header.arch_value("block_count") or 0),
@@ -210,8 +213,8 @@ def check_pair_headers(config: HubConfig, target: ModelRef, draft: ModelRef | No
         except PairMismatchError as exc:
             problem = str(exc)
     else:
-        differ = tokenizer_difference(target_header, draft_header)
-    return PairCheck(target_report, draft_report, problem, time.perf_counter() - start, differ)
+        comparison = compare_tokenizers(target_header, draft_header)
+    return PairCheck(target_report, draft_report, problem, time.perf_counter() - start, comparison.difference, comparison.tolerated)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from localspec.engine.llama.eagle3_head import Eagle3File
 from localspec.engine.llama.gguf_file import architecture
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.llama.mtp_head import mtp_layers
-from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_pair, tokenizer_difference
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_pair, compare_tokenizers
 from localspec.engine.pass_costs import CostTable, calibrate
 from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
@@ -62,6 +62,7 @@ class Engine:
         # How the draft's tokenizer differs from the target's ('' where it is the same): then only a drafter that
         # drafts through text (the registry's any_vocab rows) can run it.
         self.tokenizers_differ = ""
+        self.tokenizers_tolerated = ""  # a difference llama.cpp refuses that the check accepted, and why (pair_check.py)
         self.eagle3: Eagle3File | None = None  # the pair's EAGLE-3 head, where its draft is one: the drafter loads it
         self._self_draft: Model | None = None
         try:
@@ -74,7 +75,8 @@ class Engine:
                                                                     devices=config.draft_devices), role="draft", cancel=cancel)
                 self._check_cancel(cancel)
                 report("checking the pair")
-                self.tokenizers_differ = tokenizer_difference(self.target.vocab, self.draft.vocab)
+                comparison = compare_tokenizers(self.target.vocab, self.draft.vocab)
+                self.tokenizers_differ, self.tokenizers_tolerated = comparison.difference, comparison.tolerated
         except BaseException:
             self.close()
             raise
@@ -92,6 +94,8 @@ class Engine:
         notes = [f"{self.target.path.name}: {reason}"] if reason else []
         if self.tokenizers_differ and self.draft is not None:
             notes.append(f"{self.draft.path.name}: {registry.bridge_note(self.tokenizers_differ)}")
+        if self.tokenizers_tolerated and self.draft is not None:
+            notes.append(f"{self.draft.path.name} drafts natively: {self.tokenizers_tolerated}")
         return "; ".join(notes)
 
     @property

@@ -9,6 +9,7 @@ they are refuses it. The rules are those of llama.cpp's common/speculative.cpp.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from localspec.engine.errors import PairMismatchError
@@ -60,21 +61,43 @@ def check_pair(target: TokenizerFacts, draft: TokenizerFacts) -> None:
 def tokenizer_difference(target: TokenizerFacts, draft: TokenizerFacts) -> str:
     """The first difference that keeps the draft's token ids from meaning the target's ('' where none): such a draft
     drafts only through text (the bridged drafter)."""
+    return compare_tokenizers(target, draft).difference
+
+
+@dataclass(frozen=True)
+class TokenizerComparison:
+    difference: str = ""  # what keeps the draft's ids from meaning the target's ('' where nothing does)
+    tolerated: str = ""  # a difference llama.cpp refuses that is found harmless here, with the rule that accepts it
+
+
+def _shown(value: int | bool) -> str:
+    """A special's value as `check` prints it: an id a file lacks (the header reads -1) as none."""
+    return "none" if value == -1 and not isinstance(value, bool) else repr(value)
+
+
+def compare_tokenizers(target: TokenizerFacts, draft: TokenizerFacts) -> TokenizerComparison:
+    """llama.cpp's rules, and one it lacks: a BOS id that differs where neither model puts a BOS in its prompts and every
+    id, specials included, is the same text in both is never read. Qwen3.5-0.8B's GGUF has no BOS id (llama.cpp then
+    takes 11, against its Qwen3.6 targets' 248044) over the targets' very vocabulary: it drafts natively."""
     if target.vocab_type != draft.vocab_type:
-        return f"vocabulary types differ (target {vocab_name(target.vocab_type)}, draft {vocab_name(draft.vocab_type)})"
-    for name in ("bos", "eos", "add_bos", "add_eos"):
-        t, d = getattr(target, name), getattr(draft, name)
-        if t != d:
-            return f"{name} differs (target {t!r}, draft {d!r})"
+        return TokenizerComparison(f"vocabulary types differ (target {vocab_name(target.vocab_type)}, draft {vocab_name(draft.vocab_type)})")
+    specials = [name for name in ("bos", "eos", "add_bos", "add_eos") if getattr(target, name) != getattr(draft, name)]
+    special = f"{specials[0]} differs (target {_shown(getattr(target, specials[0]))}, draft {_shown(getattr(draft, specials[0]))})" if specials else ""
+    if specials and (specials != ["bos"] or target.add_bos):
+        return TokenizerComparison(special)
     difference = abs(target.n_vocab - draft.n_vocab)
     if difference > MAX_VOCAB_SIZE_DIFFERENCE:
-        return (f"vocabulary sizes differ by {difference} (target {target.n_vocab}, draft {draft.n_vocab}; "
-                f"at most {MAX_VOCAB_SIZE_DIFFERENCE} is allowed)")
-    for token in range(FIRST_COMPARED_TOKEN, min(target.n_vocab, draft.n_vocab)):
+        return TokenizerComparison(f"vocabulary sizes differ by {difference} (target {target.n_vocab}, draft {draft.n_vocab}; "
+                                   f"at most {MAX_VOCAB_SIZE_DIFFERENCE} is allowed)")
+    first = 0 if special else FIRST_COMPARED_TOKEN  # a BOS let through: every id must match, specials included
+    for token in range(first, min(target.n_vocab, draft.n_vocab)):
         t, d = target.token_text(token), draft.token_text(token)
         if t != d:
-            return f"token {token} is {t!r} in the target but {d!r} in the draft"
-    return ""
+            return TokenizerComparison(special or f"token {token} is {t!r} in the target but {d!r} in the draft")
+    if special:
+        return TokenizerComparison(tolerated=f"{special}, accepted: neither model puts a BOS in its prompts and all "
+                                             f"{min(target.n_vocab, draft.n_vocab)} ids are the same text in both")
+    return TokenizerComparison()
 
 
 EAGLE3_ARCHITECTURE = "eagle3"  # general.architecture of an EAGLE-3 head's GGUF: a head over the target's layers
