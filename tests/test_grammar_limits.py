@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import llguidance
 import numpy as np
+import pytest
 
 from localspec.engine import grammar
+from localspec.engine.errors import EngineError
 from localspec.engine.grammar import LLGuidanceGrammar, json_grammar
 from localspec.engine.llama.model import Model, ModelConfig
 
@@ -46,5 +48,22 @@ def test_a_draft_past_a_parser_limit_ends_before_it_and_the_answer_goes_on(real_
         other = next(int(t) for t in np.flatnonzero(np.isfinite(masked[reach - 1])) if t != draft[reach - 1])
         state.accept([*draft[: reach - 1], other])  # the target's choice there: the grammar goes on, no error kept
         assert state.forced(1) is not None
+    finally:
+        model.close()
+
+
+def test_an_answer_past_a_parser_limit_is_a_clear_error_not_an_unconstrained_token(real_models):
+    """Where even a fresh matcher cannot mask the answer's next row, no token is judged on a row the grammar did not mask."""
+    model = Model(real_models[1], ModelConfig(0, 512), role="draft")
+    try:
+        definition = json_grammar(SCHEMA).llguidance
+        assert definition is not None
+        lltokenizer = grammar.tokenizer(model.vocab.handle, model.n_vocab)
+        answer = model.vocab.tokenize('{"name": "a very long name indeed"}', False, False)
+        reach = _reach(lltokenizer, definition, answer, model.n_vocab)
+        state = LLGuidanceGrammar(lltokenizer, definition, model.n_vocab, LIMITS)
+        state.accept(answer[:reach])
+        with pytest.raises(EngineError, match=f"The grammar is too complex to follow after {reach} tokens"):
+            state.mask(np.zeros((2, model.n_vocab), dtype=np.float32), answer[reach : reach + 1])
     finally:
         model.close()

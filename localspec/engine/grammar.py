@@ -162,9 +162,20 @@ class LLGuidanceGrammar:
                 masked[i] = rows[i]
                 forbidden = self._constrain(masked[i])
                 self.rows += 1
-                if i and self._matcher.is_error():  # the state after draft[i - 1] is past a parser limit
-                    followed = self._unfollowable(masked, rows, draft, i - 1)
-                    break
+                if self._matcher.is_error():
+                    # A parser limit (ParserTooComplex), which llguidance's matcher keeps through a rollback and whose
+                    # costs grow with the rollbacks behind it (a served answer's row was masked in error, then left its
+                    # grammar): a fresh matcher reads the answer and the draft so far, and masks the row again.
+                    self._restart(draft[:i])
+                    followed = i
+                    masked[i] = rows[i]
+                    forbidden = self._constrain(masked[i])
+                    if self._matcher.is_error():  # the state after draft[i - 1] is past the limit (or the answer's is)
+                        if not i:
+                            raise EngineError(f"The grammar is too complex to follow after {len(self._accepted)} tokens "
+                                              f"({self._matcher.get_error()}). Simplify the schema or grammar.")
+                        followed = self._unfollowable(masked, rows, draft, i - 1)
+                        break
                 if i == len(draft) or forbidden[draft[i]] or self._matcher.is_stopped():
                     # The draft ends here, or the grammar forbids its next token, or the grammar is complete and allows
                     # only an end of generation, which ends the answer: later rows are never used (copied as they are).
