@@ -1,7 +1,8 @@
-"""A draft whose path runs past one of llguidance's parser limits ends there, and the answer's grammar goes on.
+"""What a draft followed under a grammar leaves behind: nothing in the answer's own matcher, and no token judged on an
+unmasked row.
 
-llguidance's matcher keeps an error through a rollback, so a limit reached while following a draft (ParserTooComplex)
-once ended the answer that followed with "The answer left its grammar", on a path the answer never took.
+The grammar follows a draft on a copy of the answer's llguidance matcher (engine/grammar.py): rolled back in the
+answer's own, drafts once left it allowing a token its parser then refused ("The answer left its grammar").
 """
 
 from __future__ import annotations
@@ -31,23 +32,36 @@ def _reach(lltokenizer: llguidance.LLTokenizer, definition: str, tokens: list[in
     raise AssertionError("the limit is never reached on these tokens: lower it")
 
 
-def test_a_draft_past_a_parser_limit_ends_before_it_and_the_answer_goes_on(real_models):
+TOOL_CALL = {"anyOf": [  # a forced tool call's grammar, "required" between two tools (the served test's)
+    {"type": "object", "properties": {"name": {"const": "create_event"}, "arguments": {
+        "type": "object", "properties": {"title": {"type": "string"}, "location": {
+            "type": "object", "properties": {"city": {"type": "string"}, "venue": {"type": "string"}},
+            "required": ["city", "venue"], "additionalProperties": False}},
+        "required": ["title", "location"], "additionalProperties": False}},
+     "required": ["name", "arguments"], "additionalProperties": False},
+    {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False}},
+     "required": ["name", "arguments"], "additionalProperties": False},
+]}
+
+
+def test_a_draft_down_one_branch_leaves_no_trace_when_the_answer_takes_the_other(real_models):
+    """A draft followed down create_event's branch, then the answer taking get_weather's: `",` after the city (which would
+    open create_event's venue) is forbidden. The served tool calls' failure of that kind ("The answer left its grammar",
+    after drafts rolled back in the answer's own matcher) needed a longer history than this one to appear."""
     model = Model(real_models[1], ModelConfig(0, 512), role="draft")
     try:
-        definition = json_grammar(SCHEMA).llguidance
+        definition = json_grammar(TOOL_CALL).llguidance
         assert definition is not None
-        lltokenizer = grammar.tokenizer(model.vocab.handle, model.n_vocab)
-        draft = model.vocab.tokenize('{"name": "a very long name indeed"}', False, False)
-        reach = _reach(lltokenizer, definition, draft, model.n_vocab)
-        assert reach >= 2  # the answer takes a token before the draft's path reaches the limit
-
-        state = LLGuidanceGrammar(lltokenizer, definition, model.n_vocab, LIMITS)
-        masked = state.mask(np.zeros((len(draft) + 1, model.n_vocab), dtype=np.float32), draft)
-        assert all(np.isfinite(masked[i, draft[i]]) for i in range(reach - 1))  # the draft holds up to the limit
-        assert masked[reach - 1, draft[reach - 1]] == -np.inf  # the token that leads past it is forbidden
-        other = next(int(t) for t in np.flatnonzero(np.isfinite(masked[reach - 1])) if t != draft[reach - 1])
-        state.accept([*draft[: reach - 1], other])  # the target's choice there: the grammar goes on, no error kept
-        assert state.forced(1) is not None
+        state = LLGuidanceGrammar(grammar.tokenizer(model.vocab.handle, model.n_vocab), definition, model.n_vocab)
+        tokenize = lambda text: model.vocab.tokenize(text, False, False)  # noqa: E731
+        state.accept(tokenize('{"name": "'))
+        draft = tokenize('create_event", "arguments": {"title": "Party", "location": {"city": "')
+        state.mask(np.zeros((len(draft) + 1, model.n_vocab), dtype=np.float32), draft)  # the draft, none of it kept
+        state.accept(tokenize('get_weather", "arguments": {"city": "Lisbon'))
+        row = state.mask(np.zeros((1, model.n_vocab), dtype=np.float32), [])[0]
+        quote_comma, = tokenize('",')
+        assert row[quote_comma] == -np.inf and np.isfinite(row[tokenize('"}')[0]])
     finally:
         model.close()
 

@@ -133,73 +133,57 @@ class LLGuidanceGrammar:
     def __init__(self, lltokenizer: llguidance.LLTokenizer, definition: str, n_vocab: int,
                  limits: llguidance.LLParserLimits | None = None) -> None:
         """`limits`: llguidance's parser limits (its defaults unless a test lowers them to reach one)."""
-        self._lltokenizer, self._definition, self._limits = lltokenizer, definition, limits
         self._matcher = llguidance.LLMatcher(lltokenizer, definition, log_level=0, limits=limits)
         if self._matcher.is_error():
             raise EngineError(f"The grammar cannot be used: {self._matcher.get_error()}")
-        self._accepted: list[int] = []  # what the answer emitted: a fresh matcher reads it again (_restart)
+        self._emitted = 0  # tokens the answer emitted (an error names where)
         self._n_vocab = n_vocab
         self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
         self._forbidden_bits = np.zeros_like(self._bits)
         self.ns = 0
         self.rows = 0
 
-    def _constrain(self, row: np.ndarray) -> np.ndarray:
-        """Set what the matcher forbids next to -inf in `row`, in place: which tokens it allows (a bitmask llguidance
-        fills in microseconds; inverted, unpacked and applied with numpy in about a tenth of a millisecond a 152k row)."""
-        self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+    def _constrain(self, matcher: llguidance.LLMatcher, row: np.ndarray) -> np.ndarray:
+        """Set what `matcher` forbids next to -inf in `row`, in place: which tokens it allows (a bitmask llguidance fills
+        in microseconds; inverted, unpacked and applied with numpy in about a tenth of a millisecond a 152k row)."""
+        matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
         np.invert(self._bits, out=self._forbidden_bits)
         forbidden = np.unpackbits(self._forbidden_bits.view(np.uint8), bitorder="little")[: self._n_vocab].view(bool)
         np.copyto(row, np.float32(-np.inf), where=forbidden)
         return forbidden
 
     def mask(self, rows: np.ndarray, draft: Sequence[int]) -> np.ndarray:
+        """The draft is followed on a copy of the answer's matcher, never rolled back in it: after a rollback out of one
+        branch of an anyOf, llguidance 1.9's masks still allowed the other branch's tokens, which its parser then refused
+        (a served tool call's `",` after get_weather's only argument, "Flags: had_rollback"). An error (a parser limit) is
+        kept by a matcher once reached, so it stays in the copy."""
         start = time.perf_counter_ns()
         masked = np.empty_like(rows, dtype=np.float32)
-        followed = 0
         try:
+            follower = self._matcher.deep_copy() if draft else self._matcher
             for i in range(len(masked)):
                 masked[i] = rows[i]
-                forbidden = self._constrain(masked[i])
+                forbidden = self._constrain(follower, masked[i])
                 self.rows += 1
-                if self._matcher.is_error():
-                    # A parser limit (ParserTooComplex), which llguidance's matcher keeps through a rollback and whose
-                    # costs grow with the rollbacks behind it (a served answer's row was masked in error, then left its
-                    # grammar): a fresh matcher reads the answer and the draft so far, and masks the row again.
-                    self._restart(draft[:i])
-                    followed = i
-                    masked[i] = rows[i]
-                    forbidden = self._constrain(masked[i])
-                    if self._matcher.is_error():  # the state after draft[i - 1] is past the limit (or the answer's is)
-                        if not i:
-                            raise EngineError(f"The grammar is too complex to follow after {len(self._accepted)} tokens "
-                                              f"({self._matcher.get_error()}). Simplify the schema or grammar.")
-                        followed = self._unfollowable(masked, rows, draft, i - 1)
-                        break
-                if i == len(draft) or forbidden[draft[i]] or self._matcher.is_stopped():
+                if follower.is_error():  # a parser limit (ParserTooComplex) at the state after draft[:i]
+                    if not i:
+                        raise EngineError(f"The grammar is too complex to follow after {self._emitted} tokens "
+                                          f"({follower.get_error()}). Simplify the schema or grammar.")
+                    masked[i - 1, draft[i - 1]] = -np.inf  # the constrained target cannot go there either: the draft ends
+                    masked[i:] = rows[i:]
+                    break
+                if i == len(draft) or forbidden[draft[i]] or follower.is_stopped():
                     # The draft ends here, or the grammar forbids its next token, or the grammar is complete and allows
                     # only an end of generation, which ends the answer: later rows are never used (copied as they are).
-                    # An end consumed and rolled back left llguidance's matcher stopped for good.
                     masked[i + 1 :] = rows[i + 1 :]
                     break
-                if not self._matcher.consume_token(draft[i]):
-                    followed = self._unfollowable(masked, rows, draft, i)
+                if not follower.consume_token(draft[i]):  # a parser limit on the way: as above, the draft ends before it
+                    masked[i, draft[i]] = -np.inf
+                    masked[i + 1 :] = rows[i + 1 :]
                     break
-                followed += 1
         finally:
-            if followed:
-                self._matcher.rollback(followed)
             self.ns += time.perf_counter_ns() - start
         return masked
-
-    def _unfollowable(self, masked: np.ndarray, rows: np.ndarray, draft: Sequence[int], i: int) -> int:
-        """Following draft[i] reached one of llguidance's parser limits (ParserTooComplex), where the constrained target
-        cannot go either: row i forbids it and the draft ends there. The matcher keeps an error through a rollback, so a
-        fresh one reads the answer and draft[:i] again; how many draft tokens it followed."""
-        masked[i, draft[i]] = -np.inf
-        masked[i + 1 :] = rows[i + 1 :]
-        self._restart(draft[:i])
-        return i
 
     def forced(self, limit: int) -> list[int]:
         if limit <= 0:
@@ -216,14 +200,8 @@ class LLGuidanceGrammar:
                 break  # the grammar is complete: what follows is an end of generation, which ends the answer anyway
             if not self._matcher.consume_token(token):
                 raise EngineError(f"The answer left its grammar: {self._matcher.get_error()}")
-            self._accepted.append(token)
+            self._emitted += 1
         self.ns += time.perf_counter_ns() - start
-
-    def _restart(self, followed: Sequence[int]) -> None:
-        """A fresh matcher that has read the answer, then `followed` (a draft's first tokens, each of which it allowed)."""
-        self._matcher = llguidance.LLMatcher(self._lltokenizer, self._definition, log_level=0, limits=self._limits)
-        if not self._matcher.consume_tokens([*self._accepted, *followed]):
-            raise EngineError(f"The grammar could not read its answer again: {self._matcher.get_error()}")
 
     def close(self) -> None:
         """Nothing to free by hand: the matcher is Python's."""
