@@ -26,7 +26,7 @@ from localspec.engine.llama.eagle3_head import Eagle3File
 from localspec.engine.llama.gguf_file import architecture
 from localspec.engine.llama.model import Model, ModelConfig
 from localspec.engine.llama.mtp_head import mtp_layers
-from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, check_pair, compare_tokenizers
+from localspec.engine.pair_check import EAGLE3_ARCHITECTURE, TokenizerComparison, check_pair, compare_tokenizers
 from localspec.engine.pass_costs import CostTable, calibrate
 from localspec.engine.tuning import BATCH_CALIBRATION_SIZES
 
@@ -59,10 +59,9 @@ class Engine:
         self.target = Model(config.target, ModelConfig(config.target_gpu_layers, config.n_ctx, n_threads=config.n_threads,
                                                        devices=config.target_devices), role="target", cancel=cancel)
         self.draft: Model | None = None
-        # How the draft's tokenizer differs from the target's ('' where it is the same): then only a drafter that
+        # How the draft's tokenizer compares with the target's: where it differs, only a drafter that
         # drafts through text (the registry's any_vocab rows) can run it.
-        self.tokenizers_differ = ""
-        self.tokenizers_tolerated = ""  # a difference llama.cpp refuses that the check accepted, and why (pair_check.py)
+        self.tokenizers = TokenizerComparison()
         self.eagle3: Eagle3File | None = None  # the pair's EAGLE-3 head, where its draft is one: the drafter loads it
         self._self_draft: Model | None = None
         try:
@@ -75,8 +74,7 @@ class Engine:
                                                                     devices=config.draft_devices), role="draft", cancel=cancel)
                 self._check_cancel(cancel)
                 report("checking the pair")
-                comparison = compare_tokenizers(self.target.vocab, self.draft.vocab)
-                self.tokenizers_differ, self.tokenizers_tolerated = comparison.difference, comparison.tolerated
+                self.tokenizers = compare_tokenizers(self.target.vocab, self.draft.vocab)
         except BaseException:
             self.close()
             raise
@@ -85,6 +83,15 @@ class Engine:
         self._building_stage: Callable[[str], object] = lambda _stage: None  # who hears a drafter's building (decoder())
         self._let_drafters_go()
         self.plain = self.decoder("none")
+
+    @property
+    def tokenizers_differ(self) -> str:
+        return self.tokenizers.difference
+
+    @property
+    def tokenizers_tolerated(self) -> str:
+        """A difference llama.cpp refuses that the check accepted, and why (pair_check.py)."""
+        return self.tokenizers.tolerated
 
     @property
     def drafting_note(self) -> str:

@@ -128,7 +128,7 @@ def tokenizer(vocab: ctypes.c_void_p, n_vocab: int) -> llguidance.LLTokenizer:
 
 
 class LLGuidanceGrammar:
-    """An answer's llguidance matcher: a row's mask is a bitmask filled in place, a draft is followed and rolled back."""
+    """An answer's llguidance matcher: a row's mask is a bitmask filled in place, a draft is followed on a copy."""
 
     def __init__(self, lltokenizer: llguidance.LLTokenizer, definition: str, n_vocab: int,
                  limits: llguidance.LLParserLimits | None = None) -> None:
